@@ -1,0 +1,226 @@
+"""DDTree draft trees: the best-first tree over a block drafter's per-position distributions.
+
+A DFlash drafter proposes a whole block in one pass: for block positions 1..L it gives a distribution
+over the vocabulary, each conditioned on the context alone. DDTree keeps the top-K tokens of every
+position and grows a tree whose node score is the sum of the log-probs along its path; under a budget
+of N non-root nodes it keeps the N best prefixes, found by a best-first heap (github liranringel/ddtree,
+`build_ddtree_tree`): a popped node pushes its next sibling (same parent, next rank) and its first
+child (rank 0, one deeper). Nodes are numbered in pop order; node 0 is the root (the bonus token).
+
+Worked example, K = 2, L = 2, budget 4, log-probs per depth  a -0.1  b -2.5 | c -0.2  d -1.9:
+
+    root ─┬─ a (-0.1) ─┬─ c (-0.3)        pop order a, c, d, b
+          │            └─ d (-2.0)        token_ids [a, c, d, b]
+          └─ b (-2.5)                     parents   [-1, 0, 1, 1, 0]   depths [0, 1, 2, 2, 1]
+
+Scores are float32, accumulated root-down: score(child) = score(parent) + log_prob(depth, rank).
+Ties, so that every implementation emits the same tree:
+  - top-K lists: equal log-probs rank the smaller token id first;
+  - nodes: higher score first; equal scores pop the shallower node first, then (same depth) the node
+    whose parent popped earlier, then (same parent) the lower rank.
+The liranringel heap breaks equal scores by the rank path alone and sums in float64; the two orders
+differ only between nodes at different depths (neither an ancestor of the other) or under different
+parents whose scores are equal to the last float32 bit.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ddtree_core import ops
+
+
+@dataclass(frozen=True)
+class DraftTopK:
+    """The drafter's top-K tokens per block position, sorted best first (ties: smaller id first)."""
+
+    log_probs: torch.Tensor  # [B, L, K] float32, log-softmax of logits / draft_temperature
+    token_ids: torch.Tensor  # [B, L, K] int64
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """A batch of draft trees in the canonical parents encoding (node 0 = root, nodes in pop order)."""
+
+    token_ids: torch.Tensor  # [B, N] int64, node i's token at column i-1; -1 padding
+    parents: torch.Tensor  # [B, N+1] int64, parent node index; root and padding -1
+    depths: torch.Tensor  # [B, N+1] int64, root 0; padding -1
+    num_nodes: torch.Tensor  # [B] int64, non-root nodes of each tree (<= its budget)
+    scores: torch.Tensor  # [B, N+1] float32, path log-prob; root 0.0; padding -inf
+    ranks: torch.Tensor  # [B, N+1] int64, rank of the node's token in its depth's top-K; root/padding -1
+    max_depth: int  # the depth limit the trees were built with (static; sizes walk outputs)
+
+    @property
+    def batch_size(self) -> int:
+        return self.parents.shape[0]
+
+    @property
+    def width(self) -> int:
+        """N + 1: the number of verify positions per request, root included."""
+        return self.parents.shape[1]
+
+
+def draft_topk(
+    draft_logits: torch.Tensor, k: int, *, draft_temperature: float = 1.0, impl: str | None = None
+) -> DraftTopK:
+    """Top-k log-probs per block position of `draft_logits` [B, L, V] (or [L, V], read as B = 1)."""
+    logits = _as_batched(draft_logits)
+    if not 1 <= k <= logits.shape[-1]:
+        raise ValueError(f"k must be in [1, vocab={logits.shape[-1]}], got {k}")
+    if not draft_temperature > 0:
+        raise ValueError(f"draft_temperature must be > 0, got {draft_temperature}")
+    impl = ops.resolve(impl, logits.device)
+    if impl == "reference":
+        return _topk_reference(logits, k, draft_temperature)
+    from ddtree_core import batched
+
+    return batched.draft_topk(logits, k, draft_temperature)
+
+
+def build_tree(
+    draft_logits: torch.Tensor,
+    budget: int | torch.Tensor,
+    *,
+    max_depth: int | None = None,
+    draft_temperature: float = 1.0,
+    impl: str | None = None,
+) -> DraftTree:
+    """Build the DDTree draft tree of each request.
+
+    draft_logits: [L, V] or [B, L, V], the drafter's logits for block positions 1..L.
+    budget: non-root nodes per tree, an int or a LongTensor [B] of per-request budgets (>= 0).
+    max_depth: depth limit, 1 <= max_depth <= L (default L).
+    draft_temperature: divides the logits before log-softmax (tree scoring only).
+    impl: "reference" | "torch" | "triton" | None (best available, see ops.resolve).
+    """
+    logits = _as_batched(draft_logits)
+    max_budget = _max_budget(budget, logits.shape[0])
+    k = max(1, min(max_budget, logits.shape[-1]))
+    topk = draft_topk(logits, k, draft_temperature=draft_temperature, impl=impl)
+    return build_tree_from_topk(topk, budget, max_depth=max_depth, max_budget=max_budget, impl=impl)
+
+
+def build_tree_from_topk(
+    topk: DraftTopK,
+    budget: int | torch.Tensor,
+    *,
+    max_depth: int | None = None,
+    max_budget: int | None = None,
+    impl: str | None = None,
+) -> DraftTree:
+    """Build trees from precomputed top-K lists (K >= min(budget, V) gives the DDTree tree).
+
+    max_budget: the tree width N when `budget` is a device tensor, so that no host read is needed
+    (budgets above it are clamped to it). Without it a tensor budget is read once on the host.
+    """
+    batch, length, _ = topk.log_probs.shape
+    max_depth = length if max_depth is None else int(max_depth)
+    if not 1 <= max_depth <= length:
+        raise ValueError(f"max_depth must be in [1, {length}], got {max_depth}")
+    if max_budget is None:
+        max_budget = _max_budget(budget, batch)
+    elif max_budget < 0:
+        raise ValueError(f"max_budget must be >= 0, got {max_budget}")
+    impl = ops.resolve(impl, topk.log_probs.device)
+    if impl == "reference":
+        return _build_reference(topk, budget, max_depth, max_budget)
+    if impl == "triton":
+        from ddtree_core.kernels import tree_build
+
+        return tree_build.build_tree_from_topk(topk, budget, max_depth, max_budget)
+    from ddtree_core import batched
+
+    return batched.build_tree_from_topk(topk, budget, max_depth, max_budget)
+
+
+def budgets_tensor(budget: int | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
+    """Per-request budgets as an int64 tensor [B] on `device`."""
+    if isinstance(budget, torch.Tensor):
+        return budget.to(device=device, dtype=torch.int64).reshape(batch)
+    return torch.full((batch,), int(budget), dtype=torch.int64, device=device)
+
+
+def _max_budget(budget: int | torch.Tensor, batch: int) -> int:
+    """Validate budgets and return the largest. A tensor budget costs one host read (its max)."""
+    if isinstance(budget, torch.Tensor):
+        if budget.dtype.is_floating_point or budget.dim() != 1 or budget.shape[0] != batch:
+            raise ValueError(f"a tensor budget must be an integer tensor [{batch}], got {tuple(budget.shape)}")
+        values = budget.detach().cpu()
+        if (values < 0).any():
+            raise ValueError(f"budgets must be >= 0, got {values.tolist()}")
+        return int(values.max())
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 0:
+        raise ValueError(f"budget must be an int >= 0, got {budget!r}")
+    return int(budget)
+
+
+def _as_batched(draft_logits: torch.Tensor) -> torch.Tensor:
+    if draft_logits.dim() == 2:
+        return draft_logits.unsqueeze(0)
+    if draft_logits.dim() != 3 or draft_logits.shape[1] == 0 or draft_logits.shape[2] == 0:
+        raise ValueError(f"draft_logits must be [L, V] or [B, L, V] with L, V > 0, got {tuple(draft_logits.shape)}")
+    return draft_logits
+
+
+def _topk_reference(logits: torch.Tensor, k: int, draft_temperature: float) -> DraftTopK:
+    """Stable descending sort on the host: equal log-probs keep ascending token id order."""
+    log_probs = torch.log_softmax(logits.detach().float().cpu() / draft_temperature, dim=-1)
+    order = np.argsort(-log_probs.numpy(), axis=-1, kind="stable")[..., :k]
+    ids = torch.from_numpy(np.ascontiguousarray(order)).to(torch.int64)
+    top = torch.gather(log_probs, -1, ids)
+    return DraftTopK(log_probs=top.to(logits.device), token_ids=ids.to(logits.device))
+
+
+def _build_reference(topk: DraftTopK, budget: int | torch.Tensor, max_depth: int, max_budget: int) -> DraftTree:
+    """The best-first heap, one request at a time on the host: the oracle for every other path."""
+    device = topk.log_probs.device
+    batch = topk.log_probs.shape[0]
+    budgets = budgets_tensor(budget, batch, torch.device("cpu")).clamp(max=max_budget).tolist()
+    width = max_budget + 1
+    log_probs = topk.log_probs.detach().cpu().numpy().astype(np.float32)
+    token_ids = topk.token_ids.detach().cpu().numpy()
+    out = {
+        "token_ids": np.full((batch, width - 1), -1, np.int64),
+        "parents": np.full((batch, width), -1, np.int64),
+        "depths": np.full((batch, width), -1, np.int64),
+        "scores": np.full((batch, width), -np.inf, np.float32),
+        "ranks": np.full((batch, width), -1, np.int64),
+    }
+    num_nodes = np.zeros(batch, np.int64)
+    for b in range(batch):
+        nodes = _heap_nodes(log_probs[b], budgets[b], max_depth)
+        out["depths"][b, 0], out["scores"][b, 0] = 0, 0.0
+        for i, (score, depth, parent, rank) in enumerate(nodes, start=1):
+            out["token_ids"][b, i - 1] = token_ids[b, depth - 1, rank]
+            out["parents"][b, i] = parent
+            out["depths"][b, i] = depth
+            out["scores"][b, i] = score
+            out["ranks"][b, i] = rank
+        num_nodes[b] = len(nodes)
+    tensors = {name: torch.from_numpy(value).to(device) for name, value in out.items()}
+    return DraftTree(num_nodes=torch.from_numpy(num_nodes).to(device), max_depth=max_depth, **tensors)
+
+
+def _heap_nodes(log_probs: np.ndarray, budget: int, max_depth: int) -> list[tuple[np.float32, int, int, int]]:
+    """Pop `budget` nodes; each is (score, depth, parent node index, rank). log_probs: [L, K]."""
+    k = log_probs.shape[1]
+    zero = np.float32(0.0)
+    # Heap entries: (-score, depth, parent index, rank, score, parent score); the first four are the key.
+    first = zero + log_probs[0, 0]
+    heap = [(-float(first), 1, 0, 0, first, zero)]
+    nodes: list[tuple[np.float32, int, int, int]] = []
+    while heap and len(nodes) < budget:
+        _, depth, parent, rank, score, parent_score = heapq.heappop(heap)
+        nodes.append((score, depth, parent, rank))
+        index = len(nodes)
+        if rank + 1 < k:
+            sibling = parent_score + log_probs[depth - 1, rank + 1]
+            heapq.heappush(heap, (-float(sibling), depth, parent, rank + 1, sibling, parent_score))
+        if depth < max_depth:
+            child = score + log_probs[depth, 0]
+            heapq.heappush(heap, (-float(child), depth + 1, index, 0, child, score))
+    return nodes
