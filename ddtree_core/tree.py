@@ -167,8 +167,12 @@ def _as_batched(draft_logits: torch.Tensor) -> torch.Tensor:
 
 
 def _topk_reference(logits: torch.Tensor, k: int, draft_temperature: float) -> DraftTopK:
-    """Stable descending sort on the host: equal log-probs keep ascending token id order."""
-    log_probs = torch.log_softmax(logits.detach().float().cpu() / draft_temperature, dim=-1)
+    """Stable descending sort on the host: equal log-probs keep ascending token id order.
+
+    The log-softmax runs on the logits' device, as in the batched paths, so that all paths rank the
+    very same float32 values.
+    """
+    log_probs = torch.log_softmax(logits.detach().float() / draft_temperature, dim=-1).cpu()
     order = np.argsort(-log_probs.numpy(), axis=-1, kind="stable")[..., :k]
     ids = torch.from_numpy(np.ascontiguousarray(order)).to(torch.int64)
     top = torch.gather(log_probs, -1, ids)
