@@ -128,7 +128,7 @@ def follow_tree(tree: DraftTree, target_tokens: torch.Tensor) -> TreeWalk:
     parents = tree.parents
     batch, width = parents.shape
     parent = parents.clamp(min=0)  # root (and padding) point at the root
-    tokens = torch.cat([torch.full_like(tree.token_ids[:, :1], -1), tree.token_ids], dim=1)
+    tokens = tree.node_token_ids()
     ok = (tokens == target_tokens.gather(1, parent)) & (parents >= 0)
     ok[:, 0] = True
     for _ in range(tree.max_depth.bit_length()):  # 2**rounds >= D + 1 path nodes

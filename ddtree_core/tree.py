@@ -58,6 +58,11 @@ class DraftTree:
     def batch_size(self) -> int:
         return self.parents.shape[0]
 
+    def node_token_ids(self) -> torch.Tensor:
+        """[B, N+1] int64: every node's token with the root as -1 (its token is the caller's bonus)."""
+        root = self.token_ids.new_full((self.batch_size, 1), -1)
+        return torch.cat([root, self.token_ids], dim=1)
+
     @property
     def width(self) -> int:
         """N + 1: the number of verify positions per request, root included."""

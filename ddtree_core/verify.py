@@ -53,7 +53,7 @@ def emitted_tokens(tree: DraftTree, walk: TreeWalk) -> torch.Tensor:
     """The tokens a round emits, [B, D+1]: accepted non-root tokens, then the bonus; -1 padding."""
     batch, width = walk.accepted.shape
     rows = torch.arange(batch, device=walk.accepted.device).unsqueeze(1)
-    node_tokens = torch.cat([torch.full_like(tree.token_ids[:, :1], -1), tree.token_ids], dim=1)
+    node_tokens = tree.node_token_ids()
     path_tokens = node_tokens[rows, walk.accepted[:, 1:].clamp(min=0)]  # [B, D]
     columns = torch.arange(width - 1, device=walk.accepted.device).unsqueeze(0)
     path_tokens = torch.where(columns < walk.accept_lens.unsqueeze(1) - 1, path_tokens, -1)

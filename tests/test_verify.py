@@ -46,6 +46,16 @@ def test_emitted_tokens():
     assert emitted_tokens(tree, walk).tolist() == [[99, -1, -1]]
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_bare_root_emits_the_bonus(impl):
+    tree = build_tree(torch.randn(2, 4, 9), 0)
+    walk = follow_tree(tree, torch.tensor([[3], [5]]), impl=impl)
+    assert walk.accepted.tolist() == [[0, -1, -1, -1, -1]] * 2
+    assert walk.accept_lens.tolist() == [1, 1]
+    assert walk.bonus.tolist() == [3, 5]
+    assert emitted_tokens(tree, walk).tolist() == [[3, -1, -1, -1, -1], [5, -1, -1, -1, -1]]
+
+
 def test_shape_mismatch_is_an_error():
     with pytest.raises(ValueError, match="target_tokens"):
         follow_tree(worked_example_tree(), torch.zeros(1, 3, dtype=torch.int64))
