@@ -1,0 +1,1 @@
+"""ddbench: the benchmark CLI for DDTree speculative decoding (datasets, servers, sweeps, reports)."""
