@@ -1,0 +1,465 @@
+"""An HTTP server for the reference engine, speaking the part of SGLang's API that benchmarks use.
+
+    POST /generate        {"text" | "input_ids", "sampling_params": {...}, "rid"}
+    GET  /health          200 when ready
+    GET  /get_model_info  model and draft paths, the method
+    GET  /get_server_info the method and its default knobs
+
+sampling_params: temperature, top_p, top_k, max_new_tokens, stop, stop_token_ids, ignore_eos,
+skip_special_tokens, no_stop_trim, sampling_seed, and custom_params {ddtree_budget, ddtree_max_depth,
+ddtree_draft_temperature} (per-request DDTree knobs; ignored by the other methods). Penalties and
+other knobs are accepted only at their neutral values. Responses carry "text", "output_ids" and
+"meta_info" with SGLang's keys (finish_reason, prompt_tokens, completion_tokens, e2e_latency,
+spec_verify_ct, spec_accept_length, spec_accept_rate, spec_num_correct_drafts, ...), the acceptance
+summary of ddtree_core.metrics (`SUMMARY_KEYS`) and the engine's timings (`ENGINE_KEYS`).
+
+One model instance serves one request at a time (concurrent clients wait on a lock, in arrival order
+as far as the OS schedules them). A malformed request gets HTTP 400 with the reason.
+
+    python -m ddtree_core.reference.server --model PATH --draft PATH --method ddtree --port 30000
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from ddtree_core import metrics
+from ddtree_core.reference.decode import Generation, SamplingConfig, SpecConfig, check_depth, generate
+from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
+
+logger = logging.getLogger(__name__)
+
+# Engine extras in meta_info (besides SGLang's keys and metrics.SUMMARY_KEYS).
+ENGINE_KEYS = (
+    "ddtree_method",
+    "ddtree_ttft",
+    "ddtree_decode_time",
+    "ddtree_time_per_output_token",
+    "ddtree_stage_times",
+)
+SAMPLING_KEYS = frozenset(
+    {"temperature", "top_p", "top_k", "max_new_tokens", "stop", "stop_token_ids", "ignore_eos"}
+    | {"skip_special_tokens", "no_stop_trim", "sampling_seed", "custom_params"}
+)
+# SGLang knobs the engine does not implement: accepted only at these (neutral) values.
+NEUTRAL_SAMPLING = {
+    "min_p": 0.0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "min_new_tokens": 0,
+    "n": 1,
+    "spaces_between_special_tokens": True,
+    "json_schema": None,
+    "regex": None,
+    "ebnf": None,
+    "logit_bias": None,
+}
+MAX_BODY_BYTES = 64 << 20
+
+
+class RequestError(ValueError):
+    """A malformed or unsupported request (HTTP 400)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerateRequest:
+    """A parsed /generate request."""
+
+    rid: str
+    input_ids: tuple[int, ...]
+    sampling: SamplingConfig
+    spec: SpecConfig
+    stop: tuple[str, ...]  # stop strings
+    skip_special_tokens: bool
+    no_stop_trim: bool
+
+
+class ReferenceEngine:
+    """One target (+ drafter, tokenizer) behind a lock; turns request dicts into response dicts."""
+
+    def __init__(
+        self,
+        target: Any,
+        *,
+        drafter: DFlashDraftModel | None = None,
+        tokenizer: Any | None = None,
+        spec: SpecConfig | None = None,
+        eos_token_ids: tuple[int, ...] = (),
+        model_path: str = "",
+        draft_path: str | None = None,
+    ):
+        self.spec = spec or SpecConfig()
+        if self.spec.method != "ar" and drafter is None:
+            raise ValueError(f"method {self.spec.method!r} needs a drafter")
+        self.target, self.drafter, self.tokenizer = target, drafter, tokenizer
+        self.eos_token_ids = tuple(eos_token_ids)
+        self.model_path, self.draft_path = model_path, draft_path
+        self.vocab_size = target.get_input_embeddings().weight.shape[0]
+        self._lock = threading.Lock()
+
+    def generate(self, body: Any) -> dict[str, Any]:
+        """Serve one /generate body (raises RequestError for a bad one)."""
+        received = time.perf_counter()
+        request = self.parse(body)
+        with self._lock:
+            proposer = None
+            if request.spec.method != "ar":
+                proposer = DFlashProposer(self.drafter, self.target, request.spec.block_size)
+            result = generate(
+                self.target,
+                request.input_ids,
+                request.sampling,
+                request.spec,
+                proposer=proposer,
+                timing=True,
+                stop_check=self._stop_check(request.stop),
+            )
+        return self._response(request, result, time.perf_counter() - received)
+
+    def parse(self, body: Any) -> GenerateRequest:
+        if not isinstance(body, dict):
+            raise RequestError("the body must be a JSON object")
+        _check_top_level(body)
+        params = body.get("sampling_params") or {}
+        if not isinstance(params, dict):
+            raise RequestError("sampling_params must be an object")
+        _check_sampling_keys(params)
+        stop = params.get("stop") or []
+        stop = [stop] if isinstance(stop, str) else stop
+        if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+            raise RequestError("stop must be a non-empty string or a list of them")
+        if stop and self.tokenizer is None:
+            raise RequestError("stop strings need a tokenizer; the server has none")
+        return GenerateRequest(
+            rid=str(body.get("rid") or uuid.uuid4().hex),
+            input_ids=self._input_ids(body),
+            sampling=self._sampling(params),
+            spec=self._spec(params.get("custom_params")),
+            stop=tuple(stop),
+            skip_special_tokens=_typed(params, "skip_special_tokens", bool, True),
+            no_stop_trim=_typed(params, "no_stop_trim", bool, False),
+        )
+
+    def model_info(self) -> dict[str, Any]:
+        config = self.target.config
+        return {
+            "model_path": self.model_path,
+            "tokenizer_path": self.model_path if self.tokenizer is not None else None,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "model_type": getattr(config, "model_type", None),
+            "architectures": getattr(config, "architectures", None),
+            "draft_model_path": self.draft_path,
+            "speculative_algorithm": None if self.spec.method == "ar" else self.spec.method.upper(),
+        }
+
+    def server_info(self) -> dict[str, Any]:
+        block = None if self.drafter is None else self.spec.block_size or self.drafter.block_size
+        return {
+            "engine": "ddtree_core.reference",
+            "model_path": self.model_path,
+            "speculative_algorithm": None if self.spec.method == "ar" else self.spec.method.upper(),
+            "speculative_draft_model_path": self.draft_path,
+            "speculative_num_draft_tokens": block,
+            "ddtree_method": self.spec.method,
+            "ddtree_budget": self.spec.budget,
+            "ddtree_max_depth": self.spec.max_depth,
+            "ddtree_block_size": block,
+            "ddtree_draft_temperature": self.spec.draft_temperature,
+            "ddtree_tree_impl": self.spec.tree_impl,
+        }
+
+    def _input_ids(self, body: dict) -> tuple[int, ...]:
+        text, ids = body.get("text"), body.get("input_ids")
+        if (text is None) == (ids is None):
+            raise RequestError("give exactly one of text and input_ids")
+        if text is not None:
+            if not isinstance(text, str):
+                raise RequestError("text must be a string (batched requests are not supported)")
+            if self.tokenizer is None:
+                raise RequestError("text needs a tokenizer; the server has none, send input_ids")
+            ids = self.tokenizer.encode(text)
+        if not isinstance(ids, list) or not ids or not all(_is_int(t) for t in ids):
+            raise RequestError("input_ids must be a non-empty list of ints (batched requests are not supported)")
+        if not all(0 <= t < self.vocab_size for t in ids):
+            raise RequestError(f"input_ids must lie in [0, {self.vocab_size})")
+        return tuple(ids)
+
+    def _sampling(self, params: dict) -> SamplingConfig:
+        stop_ids = params.get("stop_token_ids") or []
+        if not isinstance(stop_ids, list) or not all(_is_int(t) for t in stop_ids):
+            raise RequestError("stop_token_ids must be a list of ints")
+        if not _typed(params, "ignore_eos", bool, False):
+            stop_ids = [*stop_ids, *self.eos_token_ids]
+        try:
+            return SamplingConfig(
+                max_new_tokens=_typed(params, "max_new_tokens", int, 128),
+                temperature=float(_typed(params, "temperature", float, 1.0)),
+                top_p=float(_typed(params, "top_p", float, 1.0)),
+                top_k=_typed(params, "top_k", int, -1),
+                stop_token_ids=tuple(stop_ids),
+                seed=_typed(params, "sampling_seed", int, None),
+            )
+        except ValueError as error:
+            raise RequestError(str(error)) from error
+
+    def _spec(self, custom: Any) -> SpecConfig:
+        if custom is None or self.spec.method != "ddtree":
+            return self.spec
+        if not isinstance(custom, dict):
+            raise RequestError("custom_params must be an object")
+        try:
+            spec = dataclasses.replace(
+                self.spec,
+                budget=_typed(custom, "ddtree_budget", int, self.spec.budget),
+                max_depth=_typed(custom, "ddtree_max_depth", int, self.spec.max_depth),
+                draft_temperature=float(_typed(custom, "ddtree_draft_temperature", float, self.spec.draft_temperature)),
+            )
+            check_depth(spec, spec.block_size or self.drafter.block_size)
+            return spec
+        except ValueError as error:
+            raise RequestError(str(error)) from error
+
+    def _stop_check(self, stop: tuple[str, ...]):
+        """A decode-time check for stop strings over a window of the latest tokens."""
+        if not stop:
+            return None
+        window = max(len(s) for s in stop) + 8  # a token decodes to at least one character
+
+        def check(tokens) -> str | None:
+            tail = self.tokenizer.decode(list(tokens[-window:]))
+            return next((s for s in stop if s in tail), None)
+
+        return check
+
+    def _response(self, request: GenerateRequest, result: Generation, latency: float) -> dict[str, Any]:
+        meta = {
+            "id": request.rid,
+            "finish_reason": _finish_reason(result, request.sampling),
+            "prompt_tokens": result.prompt_len,
+            "completion_tokens": result.num_tokens,
+            "cached_tokens": 0,
+            "e2e_latency": latency,
+        }
+        if request.spec.method != "ar":
+            meta.update(spec_meta_info(result.rounds, result.num_tokens))
+            meta.update(metrics.summarize([result.rounds]).to_dict())
+        meta.update(_engine_meta(result, request.spec))
+        return {"text": self._text(request, result), "output_ids": list(result.tokens), "meta_info": meta}
+
+    def _text(self, request: GenerateRequest, result: Generation) -> str:
+        if self.tokenizer is None:
+            return ""
+        text = self.tokenizer.decode(list(result.tokens), skip_special_tokens=request.skip_special_tokens)
+        if isinstance(result.matched, str) and not request.no_stop_trim and result.matched in text:
+            text = text[: text.index(result.matched)]
+        return text
+
+
+def spec_meta_info(rounds: tuple[metrics.RoundStats, ...], completion_tokens: int) -> dict[str, Any]:
+    """SGLang's per-request speculative keys (tokenizer_manager's spec decoding metrics).
+
+    spec_accept_length = completion_tokens / verify_ct (so it includes the prefill token);
+    spec_accept_rate = correct drafts / proposed drafts, proposed = the drafted nodes verified (for
+    DFlash verify_ct * (block_size - 1), as SGLang counts). The histogram counts rounds by correct
+    drafts (accept_len - 1).
+    """
+    verify_ct = len(rounds)
+    correct = sum(r.accept_len - 1 for r in rounds)
+    proposed = sum(r.num_nodes for r in rounds)
+    meta: dict[str, Any] = {"spec_verify_ct": verify_ct}
+    if verify_ct and proposed:
+        histogram = list(metrics.accept_length_histogram([r.accept_len for r in rounds]))
+        meta.update(
+            spec_accept_rate=correct / proposed,
+            spec_accept_length=completion_tokens / verify_ct,
+            spec_num_correct_drafts=correct,
+            spec_num_proposed_drafts=proposed,
+            spec_accepted_drafts=correct,
+            spec_proposed_drafts=proposed,
+            spec_correct_drafts_histogram=histogram,
+            spec_accept_histogram=histogram,
+        )
+    return meta
+
+
+def _engine_meta(result: Generation, spec: SpecConfig) -> dict[str, Any]:
+    stages = None if result.stage_times is None else dataclasses.asdict(result.stage_times)
+    values = (spec.method, result.ttft, result.decode_time, result.time_per_output_token, stages)
+    return dict(zip(ENGINE_KEYS, values))
+
+
+def _finish_reason(result: Generation, sampling: SamplingConfig) -> dict[str, Any]:
+    if result.finish_reason == "length":
+        return {"type": "length", "length": sampling.max_new_tokens}
+    return {"type": "stop", "matched": result.matched}
+
+
+def _check_top_level(body: dict) -> None:
+    known = {"text", "input_ids", "sampling_params", "rid"}
+    for key, value in body.items():
+        if key not in known and value not in (None, False):
+            raise RequestError(f"unsupported request field {key!r} (only {sorted(known)}; no streaming)")
+
+
+def _check_sampling_keys(params: dict) -> None:
+    for key, value in params.items():
+        if key in SAMPLING_KEYS:
+            continue
+        if key not in NEUTRAL_SAMPLING:
+            raise RequestError(f"unknown sampling parameter {key!r}")
+        if value is not None and value != NEUTRAL_SAMPLING[key]:
+            raise RequestError(f"sampling parameter {key}={value!r} is not supported (only {NEUTRAL_SAMPLING[key]!r})")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _typed(params: dict, key: str, kind: type, default: Any) -> Any:
+    """params[key] checked to be of `kind` (ints pass as floats; bools never pass as numbers)."""
+    value = params.get(key)
+    if value is None:
+        return default
+    checks = {
+        int: _is_int,
+        bool: lambda v: isinstance(v, bool),
+        float: lambda v: _is_int(v) or isinstance(v, float),
+    }
+    if not checks[kind](value):
+        raise RequestError(f"{key} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def make_handler(engine: ReferenceEngine) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            routes = {
+                "/health": lambda: None,
+                "/get_model_info": engine.model_info,
+                "/get_server_info": engine.server_info,
+            }
+            if self.path not in routes:
+                return self._send(404, {"error": {"message": f"no route {self.path}"}})
+            self._send(200, routes[self.path]())
+
+        def do_POST(self):
+            if self.path != "/generate":
+                return self._send(404, {"error": {"message": f"no route {self.path}"}})
+            try:
+                self._send(200, engine.generate(self._body()))
+            except RequestError as error:
+                self._send(400, {"error": {"message": str(error)}})
+            except Exception as error:
+                logger.exception("generation failed")
+                self._send(500, {"error": {"message": f"{type(error).__name__}: {error}"}})
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("Content-Length") or 0)
+            if not 0 < length <= MAX_BODY_BYTES:
+                raise RequestError(f"a JSON body of 1 .. {MAX_BODY_BYTES} bytes is required")
+            try:
+                return json.loads(self.rfile.read(length))
+            except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                raise RequestError(f"invalid JSON: {error}") from error
+
+        def _send(self, status: int, payload: Any) -> None:
+            data = b"" if payload is None else json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format, *args):
+            logger.info("%s " + format, self.address_string(), *args)
+
+    return Handler
+
+
+def make_server(engine: ReferenceEngine, host: str = "127.0.0.1", port: int = 30000) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((host, port), make_handler(engine))
+    server.daemon_threads = True
+    return server
+
+
+@contextlib.contextmanager
+def serving(engine: ReferenceEngine, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve in a background thread; yields the base URL (port 0 picks a free port)."""
+    server = make_server(engine, host, port)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host}:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from ddtree_core.reference import loading
+
+    models = loading.load_models(args.model, args.draft, dtype=args.dtype, device=args.device)
+    spec = SpecConfig(
+        method=args.method,
+        budget=args.budget,
+        max_depth=args.max_depth,
+        block_size=args.block_size,
+        draft_temperature=args.draft_temperature,
+        tree_impl=args.tree_impl,
+    )
+    engine = ReferenceEngine(
+        models.target,
+        drafter=models.drafter,
+        tokenizer=models.tokenizer,
+        spec=spec,
+        eos_token_ids=loading.eos_token_ids(models.target, models.tokenizer),
+        model_path=args.model,
+        draft_path=args.draft,
+    )
+    server = make_server(engine, args.host, args.port)
+    logger.info("reference server (%s) listening on http://%s:%d", args.method, args.host, server.server_address[1])
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True, help="target model folder (or hub id)")
+    parser.add_argument("--draft", help="DFlash drafter folder (or hub id); needed by dflash and ddtree")
+    parser.add_argument("--method", choices=("ar", "dflash", "ddtree"), default="ddtree")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--budget", type=int, default=64, help="DDTree tree nodes per round")
+    parser.add_argument("--max-depth", type=int, default=None, help="DDTree depth limit (default block_size - 1)")
+    parser.add_argument("--block-size", type=int, default=None, help="draft block size (default: the drafter's)")
+    parser.add_argument("--draft-temperature", type=float, default=1.0)
+    parser.add_argument("--tree-impl", default="reference", choices=("reference", "torch", "triton"))
+    return parser
+
+
+if __name__ == "__main__":
+    main()

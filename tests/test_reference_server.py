@@ -1,0 +1,257 @@
+"""The reference HTTP server: SGLang-shaped /generate responses equal to the library's output,
+queued concurrent requests, 400 for malformed requests while it keeps serving."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import torch
+
+from ddtree_core import metrics
+from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
+from ddtree_core.reference.dflash import DFlashDraftModel
+from ddtree_core.reference.loading import random_target
+from ddtree_core.reference.server import ENGINE_KEYS, ReferenceEngine, serving
+
+VOCAB = 8
+PROMPT = [1, 2, 3, 4, 5]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def word_tokenizer():
+    """Word-level tokenizer: token i is the word "w{i}"; text is space separated."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def parts():
+    target = random_target("qwen3", vocab_size=VOCAB)
+    drafter = DFlashDraftModel.random(
+        seed=0,
+        init_std=0.3,
+        hidden_size=32,
+        num_target_layers=4,
+        num_hidden_layers=2,
+        block_size=6,
+        mask_token_id=VOCAB - 1,
+        vocab_size=VOCAB,
+    )
+    return target, drafter, word_tokenizer()
+
+
+def engine_for(parts, method="ddtree", **kwargs):
+    target, drafter, tokenizer = parts
+    spec = SpecConfig(method=method, budget=16, draft_temperature=3.0)
+    return ReferenceEngine(target, drafter=drafter, tokenizer=tokenizer, spec=spec, model_path="tiny", **kwargs)
+
+
+@pytest.fixture(scope="module")
+def url(parts):
+    with serving(engine_for(parts)) as base:
+        yield base
+
+
+def call(url, path, body=None, raw=None):
+    """(status, parsed JSON or None) of a GET (no body) or POST."""
+    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            status, payload = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, payload = error.code, error.read()
+    return status, json.loads(payload) if payload else None
+
+
+def greedy(parts, max_new_tokens, prompt=PROMPT):
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens)
+    return list(generate(parts[0], prompt, sampling, SpecConfig(method="ar")).tokens)
+
+
+def test_health_and_info(url):
+    assert call(url, "/health") == (200, None)
+    status, info = call(url, "/get_model_info")
+    assert status == 200 and info["model_path"] == "tiny" and info["speculative_algorithm"] == "DDTREE"
+    status, info = call(url, "/get_server_info")
+    assert status == 200 and (info["ddtree_budget"], info["speculative_num_draft_tokens"]) == (16, 6)
+    assert call(url, "/nowhere")[0] == 404
+
+
+def test_generate_matches_the_library(url, parts):
+    body = {"input_ids": PROMPT, "sampling_params": {"temperature": 0, "max_new_tokens": 20}, "rid": "r1"}
+    status, out = call(url, "/generate", body)
+    assert status == 200
+    assert out["output_ids"] == greedy(parts, 20)
+    assert out["text"] == " ".join(f"w{t}" for t in out["output_ids"])
+    meta = out["meta_info"]
+    assert meta["id"] == "r1" and meta["finish_reason"] == {"type": "length", "length": 20}
+    assert (meta["prompt_tokens"], meta["completion_tokens"]) == (5, 20)
+    rounds = meta["spec_verify_ct"]
+    assert sum(meta["spec_accept_histogram"]) == rounds == meta["ddtree_num_rounds"]
+    assert meta["spec_accept_length"] == pytest.approx(20 / rounds)
+    assert meta["spec_num_correct_drafts"] == sum(i * n for i, n in enumerate(meta["spec_accept_histogram"]))
+    assert set(metrics.SUMMARY_KEYS) | set(ENGINE_KEYS) <= set(meta)
+    assert meta["ddtree_stage_times"]["verify"] > 0
+
+
+def test_text_prompt_and_stop_string(url, parts):
+    expected = greedy(parts, 20)
+    stop = f"w{expected[6]}"
+    cut = next(i for i, t in enumerate(expected) if f"w{t}" == stop)
+    body = {
+        "text": "w1 w2 w3 w4 w5",
+        "sampling_params": {"temperature": 0, "max_new_tokens": 20, "stop": stop},
+    }
+    status, out = call(url, "/generate", body)
+    assert status == 200
+    assert out["output_ids"] == expected[: cut + 1]
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+    assert out["text"] == " ".join(f"w{t}" for t in expected[:cut]) + " "
+
+
+def test_stop_token_ids_and_ignore_eos(parts):
+    expected = greedy(parts, 20)
+    eos = expected[4]
+    engine = engine_for(parts, eos_token_ids=(eos,))
+    params = {"temperature": 0, "max_new_tokens": 20}
+    out = engine.generate({"input_ids": PROMPT, "sampling_params": params})
+    assert out["output_ids"] == expected[: expected.index(eos) + 1]
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": eos}
+    out = engine.generate({"input_ids": PROMPT, "sampling_params": {**params, "ignore_eos": True}})
+    assert out["output_ids"] == expected
+    stop = expected[9]
+    out = engine.generate({"input_ids": PROMPT, "sampling_params": {**params, "stop_token_ids": [stop]}})
+    assert out["output_ids"] == expected[: min(expected.index(stop), expected.index(eos)) + 1]
+
+
+def test_concurrent_requests_are_all_served(url, parts):
+    prompts = [[1, 2, 3], [4, 5, 6, 1], [2, 2, 2], [6, 5, 4, 3, 2], [1, 2, 3], [3, 1]]
+    results = [None] * len(prompts)
+
+    def client(i):
+        body = {"input_ids": prompts[i], "sampling_params": {"temperature": 0, "max_new_tokens": 12}}
+        results[i] = call(url, "/generate", body)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for prompt, (status, out) in zip(prompts, results):
+        assert status == 200 and out["output_ids"] == greedy(parts, 12, prompt)
+
+
+BAD_BODIES = {
+    "not_json": b"{not json",
+    "not_object": b"[1, 2]",
+    "no_prompt": {},
+    "both_prompts": {"text": "w1", "input_ids": [1]},
+    "empty_ids": {"input_ids": []},
+    "batched_ids": {"input_ids": [[1, 2], [3]]},
+    "batched_text": {"text": ["w1", "w2"]},
+    "id_out_of_vocab": {"input_ids": [VOCAB]},
+    "bool_id": {"input_ids": [True]},
+    "stream": {"input_ids": [1], "stream": True},
+    "params_not_object": {"input_ids": [1], "sampling_params": [1]},
+    "string_temperature": {"input_ids": [1], "sampling_params": {"temperature": "hot"}},
+    "negative_temperature": {"input_ids": [1], "sampling_params": {"temperature": -1}},
+    "zero_top_p": {"input_ids": [1], "sampling_params": {"top_p": 0}},
+    "zero_max_tokens": {"input_ids": [1], "sampling_params": {"max_new_tokens": 0}},
+    "float_max_tokens": {"input_ids": [1], "sampling_params": {"max_new_tokens": 2.5}},
+    "unknown_param": {"input_ids": [1], "sampling_params": {"bogus": 1}},
+    "penalty": {"input_ids": [1], "sampling_params": {"frequency_penalty": 0.5}},
+    "bad_stop": {"input_ids": [1], "sampling_params": {"stop": [""]}},
+    "number_stop": {"input_ids": [1], "sampling_params": {"stop": 5}},
+    "bad_stop_ids": {"input_ids": [1], "sampling_params": {"stop_token_ids": "w1"}},
+    "negative_budget": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_budget": -1}}},
+    "deep_tree": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_max_depth": 99}}},
+    "bad_custom": {"input_ids": [1], "sampling_params": {"custom_params": [1]}},
+}
+
+
+@pytest.mark.parametrize("body", BAD_BODIES.values(), ids=BAD_BODIES.keys())
+def test_bad_requests_get_400_and_the_server_keeps_serving(url, body):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    status, out = call(url, "/generate", raw=raw)
+    assert status == 400 and out["error"]["message"]
+    status, out = call(url, "/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": 2}})
+    assert status == 200 and len(out["output_ids"]) == 2
+
+
+def test_custom_params_set_the_tree(url):
+    def mean_nodes(budget):
+        params = {"temperature": 0, "max_new_tokens": 12, "custom_params": {"ddtree_budget": budget}}
+        status, out = call(url, "/generate", {"input_ids": PROMPT, "sampling_params": params})
+        assert status == 200
+        return out["meta_info"]["ddtree_mean_tree_nodes"]
+
+    assert mean_nodes(1) == 1 and mean_nodes(2) == 2 and mean_nodes(32) > 2
+
+
+@pytest.mark.parametrize("method", ["ar", "dflash"])
+def test_other_methods(parts, method):
+    out = engine_for(parts, method=method).generate({"input_ids": PROMPT, "sampling_params": {"temperature": 0}})
+    assert out["output_ids"] == greedy(parts, 128)
+    meta = out["meta_info"]
+    if method == "ar":
+        assert "spec_verify_ct" not in meta and meta["ddtree_method"] == "ar"
+    else:
+        assert meta["spec_num_proposed_drafts"] == 5 * meta["spec_verify_ct"]
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_command_line_server(parts, tmp_path):
+    target, drafter, tokenizer = parts
+    target.save_pretrained(tmp_path / "target")
+    tokenizer.save_pretrained(tmp_path / "target")
+    drafter.save_pretrained(tmp_path / "draft")
+    port = free_port()
+    command = [sys.executable, "-m", "ddtree_core.reference.server", "--model", str(tmp_path / "target")]
+    command += ["--draft", str(tmp_path / "draft"), "--method", "ddtree", "--budget", "8"]
+    command += ["--port", str(port), "--device", "cpu", "--dtype", "float32"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, process.stderr.read().decode()
+            try:
+                if call(url, "/health")[0] == 200:
+                    break
+            except urllib.error.URLError:
+                pass
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.5)
+        body = {"text": "w1 w2 w3 w4 w5", "sampling_params": {"temperature": 0, "max_new_tokens": 10}}
+        status, out = call(url, "/generate", body)
+        assert status == 200 and out["output_ids"] == greedy(parts, 10)
+        assert call(url, "/get_server_info")[1]["ddtree_budget"] == 8
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
