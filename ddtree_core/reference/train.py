@@ -1,0 +1,301 @@
+"""Train a DFlash drafter for a target by self-distillation on the target's own continuations.
+
+1. The target answers every training prompt (greedy, chat template, `max_new_tokens`): the drafter
+   learns to predict the target's outputs, which is exactly what verification accepts.
+2. Each step takes a batch of those sequences, runs the target once for the features of the drafter's
+   target layers, and picks `blocks_per_seq` anchor positions inside each answer. A block is
+   [token at the anchor, MASK x (block_size - 1)] at positions anchor .. anchor + block_size - 1; it
+   sees the features of the tokens before the anchor (what the draft cache holds at inference, when
+   the anchor is the bonus token) and the rest of its own block, never another block. The loss is the
+   cross-entropy of the target's next block_size - 1 tokens through the target's frozen lm_head,
+   weighted exp(-(k - 1) / decay) at block position k: early positions decide acceptance.
+
+`python -m ddtree_core.reference.train --target DIR --prompts FILE.jsonl --out DIR` (see --help).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from ddtree_core.reference.dflash import DFlashDraftModel
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    target: str  # HF folder of the target
+    prompts: str  # JSONL, one {"prompt": str} or {"turns": [str, ...]} per line (first turn used)
+    out: str  # drafter folder to write (z-lab DFlash layout)
+    mask_token_id: int
+    target_layer_ids: tuple[int, ...] | None = None  # None: evenly spread over the target
+    num_target_features: int = 4  # layers captured when target_layer_ids is None
+    num_layers: int = 2
+    num_heads: int = 8
+    num_kv_heads: int = 2
+    head_dim: int = 64
+    intermediate_size: int = 1536
+    block_size: int = 16
+    max_new_tokens: int = 256  # length of the target's answers used as training data
+    sampled_passes: int = 0  # extra answers per prompt sampled at `sample_temperature` (more varied data)
+    sample_temperature: float = 0.7
+    generate_batch: int = 128
+    steps: int = 3000
+    batch_size: int = 32  # sequences per step
+    blocks_per_seq: int = 8
+    lr: float = 6e-4
+    warmup: int = 100
+    loss_decay: float = 7.0
+    seed: int = 0
+    max_train_seconds: float = 0.0  # > 0: fewer steps if the measured step time says so
+    device: str = "cuda"
+
+
+def load_prompt_texts(path: str | Path) -> list[str]:
+    texts = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if "prompt" in record:
+            texts.append(str(record["prompt"]))
+        elif record.get("turns"):
+            texts.append(str(record["turns"][0]))
+        else:
+            raise ValueError(f"{path}:{number}: expected a 'prompt' or 'turns' field")
+    return texts
+
+
+@torch.inference_mode()
+def generate_answers(
+    target, tokenizer, texts: list[str], cfg: TrainConfig, log, temperature: float = 0.0
+) -> list[tuple[list[int], int]]:
+    """(token ids of prompt + answer, prompt length) per prompt: the target's greedy (or sampled) answer."""
+    tokenizer.padding_side = "left"
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    sequences = []
+    for start in range(0, len(texts), cfg.generate_batch):
+        chunk = texts[start : start + cfg.generate_batch]
+        prompts = [
+            tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
+            for t in chunk
+        ]
+        batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(cfg.device)
+        sampling = (
+            {"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0 else {"do_sample": False}
+        )
+        out = target.generate(**batch, max_new_tokens=cfg.max_new_tokens, pad_token_id=pad, **sampling)
+        width = batch["input_ids"].shape[1]
+        for row, attention in zip(out.tolist(), batch["attention_mask"].tolist()):
+            prompt_len = sum(attention)
+            ids = row[width - prompt_len :]
+            answer = ids[prompt_len:]
+            while answer and answer[-1] == pad and pad != tokenizer.eos_token_id:
+                answer.pop()
+            if tokenizer.eos_token_id in answer:
+                answer = answer[: answer.index(tokenizer.eos_token_id) + 1]
+            sequences.append((ids[:prompt_len] + answer, prompt_len))
+        log({"event": "generate", "temperature": temperature, "done": len(sequences) % len(texts) or len(texts)})
+    return sequences
+
+
+def make_batch(sequences, cfg: TrainConfig, pad_id: int, generator: torch.Generator):
+    """Padded ids [B, S], anchors [B, A] (-1: unused) for a batch of (ids, prompt_len)."""
+    longest = max(len(ids) for ids, _ in sequences)
+    ids = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
+    anchors = torch.full((len(sequences), cfg.blocks_per_seq), -1, dtype=torch.long)
+    for row, (tokens, prompt_len) in enumerate(sequences):
+        ids[row, : len(tokens)] = torch.tensor(tokens)
+        # An anchor is a committed token whose successor is known: prompt_len - 1 .. len - 2.
+        first, last = max(prompt_len - 1, 1), len(tokens) - 2
+        if last < first:
+            continue
+        picks = torch.randint(first, last + 1, (cfg.blocks_per_seq,), generator=generator)
+        anchors[row] = picks.sort().values
+    return ids, anchors
+
+
+def block_inputs(ids: torch.Tensor, anchors: torch.Tensor, lengths: torch.Tensor, cfg: TrainConfig):
+    """Block token ids, positions, labels [B, A*L] and the attention mask [B, A*L, S + A*L]."""
+    batch, seq = ids.shape
+    size = cfg.block_size
+    offsets = torch.arange(size, device=ids.device)
+    positions = (anchors.clamp(min=0).unsqueeze(-1) + offsets).reshape(batch, -1)  # [B, A*L]
+    block_ids = torch.full_like(positions, cfg.mask_token_id)
+    block_ids.view(batch, -1, size)[:, :, 0] = ids.gather(1, anchors.clamp(min=0))
+    label_pos = positions.clamp(max=seq - 1)
+    labels = ids.gather(1, label_pos)
+    valid = (anchors >= 0).repeat_interleave(size, dim=1) & (positions < lengths.unsqueeze(1))
+    valid &= offsets.repeat(anchors.shape[1]).unsqueeze(0) > 0
+    labels = torch.where(valid, labels, -100)
+    block_of = torch.arange(positions.shape[1], device=ids.device) // size
+    anchor_of = anchors.repeat_interleave(size, dim=1)  # [B, Q]
+    sees_context = torch.arange(seq, device=ids.device).view(1, 1, -1) < anchor_of.unsqueeze(-1)
+    sees_block = block_of.view(1, -1, 1) == block_of.view(1, 1, -1)
+    mask = torch.cat([sees_context, sees_block.expand(batch, -1, -1)], dim=-1)
+    return block_ids, positions, labels, mask
+
+
+def train(cfg: TrainConfig) -> Path:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log_file = (out / "train_log.jsonl").open("w")
+    started = time.time()
+
+    def log(record):
+        record = {"t": round(time.time() - started, 2), **record}
+        log_file.write(json.dumps(record) + "\n")
+        log_file.flush()
+        print(json.dumps(record), flush=True)
+
+    torch.manual_seed(cfg.seed)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.target)
+    target = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=torch.bfloat16).to(cfg.device).eval()
+    target.requires_grad_(False)
+    num_target_layers = target.config.num_hidden_layers
+    layer_ids = cfg.target_layer_ids or evenly_spread(num_target_layers, cfg.num_target_features)
+    fields = dict(
+        hidden_size=target.config.hidden_size,
+        num_target_layers=num_target_layers,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        intermediate_size=cfg.intermediate_size,
+        vocab_size=target.config.vocab_size,
+        block_size=cfg.block_size,
+        mask_token_id=cfg.mask_token_id,
+        target_layer_ids=list(layer_ids),
+        rope_theta=float(getattr(target.config, "rope_theta", None) or 10000.0),
+        rms_norm_eps=target.config.rms_norm_eps,
+        max_position_embeddings=target.config.max_position_embeddings,
+    )
+    drafter = DFlashDraftModel.random(seed=cfg.seed, **fields).to(cfg.device)
+    drafter.train()
+    log({"event": "config", **asdict(cfg), "target_layer_ids": list(layer_ids)})
+
+    texts = load_prompt_texts(cfg.prompts)
+    sequences = generate_answers(target, tokenizer, texts, cfg, log)
+    for _ in range(cfg.sampled_passes):
+        sequences += generate_answers(target, tokenizer, texts, cfg, log, cfg.sample_temperature)
+    lengths = [len(ids) - p for ids, p in sequences]
+    log({"event": "data", "sequences": len(sequences), "answer_tokens": sum(lengths)})
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    fit(drafter, target, sequences, cfg, pad_id, log)
+    drafter.to(torch.bfloat16).save_pretrained(out)
+    log({"event": "saved", "out": str(out)})
+    log_file.close()
+    return out
+
+
+def fit(drafter, target, sequences, cfg: TrainConfig, pad_id: int, log) -> None:
+    """AdamW with warmup and cosine decay over `cfg.steps` random batches of `sequences`."""
+    drafter.train()
+    optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, cfg))
+    generator = torch.Generator().manual_seed(cfg.seed)
+    device = drafter.device
+    weights = torch.exp(-torch.arange(cfg.block_size, device=device).clamp(min=1).sub(1) / cfg.loss_decay)
+    steps, started = cfg.steps, time.time()
+    step = 0
+    while step < steps:
+        picks = torch.randint(len(sequences), (cfg.batch_size,), generator=generator).tolist()
+        ids, anchors = make_batch([sequences[i] for i in picks], cfg, pad_id, generator)
+        ids, anchors = ids.to(device), anchors.to(device)
+        lengths = torch.tensor([len(sequences[i][0]) for i in picks], device=device)
+        loss, accuracy = training_loss(drafter, target, ids, anchors, lengths, weights, cfg)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if step % 50 == 0 or step == steps - 1:
+            log({"event": "step", "step": step, "loss": round(loss.item(), 4), "acc": [round(a, 3) for a in accuracy]})
+        if step == 19 and cfg.max_train_seconds > 0:  # the cosine schedule follows the shortened run
+            steps = min(steps, int(cfg.max_train_seconds / ((time.time() - started) / 20)))
+            cfg = replace(cfg, steps=max(steps, 20))
+            log({"event": "steps", "steps": steps})
+        step += 1
+    drafter.eval()
+
+
+def training_loss(drafter, target, ids, anchors, lengths, weights, cfg: TrainConfig):
+    """Weighted block cross-entropy and the top-1 accuracy per block position (first 4 shown)."""
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=ids.is_cuda):
+        hidden = target(input_ids=ids, output_hidden_states=True).hidden_states
+        features = torch.cat([hidden[i + 1] for i in drafter.target_layer_ids], dim=-1)
+    block_ids, positions, labels, mask = block_inputs(ids, anchors, lengths, cfg)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=ids.is_cuda):
+        embeds = target.get_input_embeddings()(block_ids)
+        states = drafter.forward_blocks(embeds, positions, features, mask)
+        head = target.get_output_embeddings()
+        logits = head(states.to(head.weight.dtype)).float()
+    per_token = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="none")
+    k = torch.arange(labels.shape[1], device=ids.device) % cfg.block_size
+    w = weights[k].unsqueeze(0).expand_as(labels) * (labels != -100)
+    loss = (per_token.view_as(labels) * w).sum() / w.sum().clamp(min=1)
+    with torch.no_grad():
+        hit = (logits.argmax(-1) == labels) & (labels != -100)
+        accuracy = [(hit[:, k == j].sum() / (labels[:, k == j] != -100).sum().clamp(min=1)).item() for j in range(1, 5)]
+    return loss, accuracy
+
+
+def evenly_spread(num_layers: int, count: int) -> list[int]:
+    """`count` target layers from layer 1 to num_layers - 3, evenly spaced (z-lab's spacing)."""
+    if count == 1:
+        return [num_layers // 2]
+    start, end = 1, num_layers - 3
+    return [round(start + i * (end - start) / (count - 1)) for i in range(count)]
+
+
+def _lr_factor(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", required=True, help="HF folder of the target model")
+    parser.add_argument("--prompts", required=True, help="training prompts, JSONL with 'prompt' or 'turns'")
+    parser.add_argument("--out", required=True, help="folder for the drafter and train_log.jsonl")
+    parser.add_argument("--mask-token-id", type=int, required=True, help="token fed at masked block positions")
+    parser.add_argument("--target-layer-ids", help="comma list; default: evenly spread")
+    for name in (
+        "num_target_features",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "head_dim",
+        "intermediate_size",
+        "block_size",
+        "max_new_tokens",
+        "generate_batch",
+        "steps",
+        "batch_size",
+        "blocks_per_seq",
+        "warmup",
+        "seed",
+    ):
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(TrainConfig, name))
+    parser.add_argument("--sampled-passes", type=int, default=TrainConfig.sampled_passes)
+    for name in ("lr", "loss_decay", "sample_temperature", "max_train_seconds"):
+        parser.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(TrainConfig, name))
+    parser.add_argument("--device", default=TrainConfig.device)
+    args = vars(parser.parse_args(argv))
+    if args["target_layer_ids"]:
+        args["target_layer_ids"] = tuple(int(x) for x in args["target_layer_ids"].split(","))
+    train(TrainConfig(**args))
+
+
+if __name__ == "__main__":
+    main()

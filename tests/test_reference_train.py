@@ -1,0 +1,80 @@
+"""Drafter training: the multi-block training pass equals the inference pass block by block."""
+
+import torch
+
+from ddtree_core.reference.dflash import DFlashDraftModel
+from ddtree_core.reference.loading import random_target
+from ddtree_core.reference.train import TrainConfig, block_inputs, fit, make_batch
+
+HIDDEN, LAYERS, VOCAB, BLOCK = 32, 4, 16, 4
+
+
+def tiny_pair(seed=0):
+    target = random_target("llama", vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS, seed=seed)
+    drafter = DFlashDraftModel.random(
+        seed=seed,
+        init_std=0.2,
+        hidden_size=HIDDEN,
+        num_target_layers=LAYERS,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        block_size=BLOCK,
+        mask_token_id=VOCAB - 1,
+        target_layer_ids=[1, 2],
+    )
+    return target, drafter
+
+
+def config(**overrides):
+    fields = dict(target="", prompts="", out="", mask_token_id=VOCAB - 1, block_size=BLOCK, device="cpu")
+    return TrainConfig(**{**fields, **overrides})
+
+
+def test_block_inputs_by_hand():
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    anchors = torch.tensor([[1, 3]])
+    block_ids, positions, labels, mask = block_inputs(ids, anchors, torch.tensor([6]), config())
+    assert block_ids.tolist() == [[6, 15, 15, 15, 8, 15, 15, 15]]
+    assert positions.tolist() == [[1, 2, 3, 4, 3, 4, 5, 6]]
+    assert labels.tolist() == [[-100, 7, 8, 9, -100, 9, 10, -100]]  # position 6 is past the sequence
+    context, blocks = mask[0, :, :6].int(), mask[0, :, 6:].int()
+    assert context[0].tolist() == [1, 0, 0, 0, 0, 0] and context[4].tolist() == [1, 1, 1, 0, 0, 0]
+    assert blocks[1].tolist() == [1, 1, 1, 1, 0, 0, 0, 0] and blocks[7].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_training_pass_equals_inference_pass():
+    target, drafter = tiny_pair()
+    ids = torch.randint(0, VOCAB - 1, (2, 12), generator=torch.Generator().manual_seed(0))
+    anchors = torch.tensor([[3, 7], [5, 9]])
+    with torch.no_grad():
+        hidden = target(input_ids=ids, output_hidden_states=True).hidden_states
+        features = torch.cat([hidden[i + 1] for i in drafter.target_layer_ids], dim=-1)
+        block_ids, positions, _, mask = block_inputs(ids, anchors, torch.tensor([12, 12]), config())
+        embed = target.get_input_embeddings()
+        trained = drafter.forward_blocks(embed(block_ids), positions, features, mask)
+        for row in range(2):
+            for j, anchor in enumerate(anchors[row].tolist()):
+                block = block_ids[row : row + 1, j * BLOCK : (j + 1) * BLOCK]
+                inferred = drafter(embed(block), features[row : row + 1, :anchor], drafter.new_cache())
+                torch.testing.assert_close(trained[row, j * BLOCK : (j + 1) * BLOCK], inferred[0])
+
+
+def test_make_batch_anchors_inside_answers():
+    generator = torch.Generator().manual_seed(0)
+    sequences = [(list(range(10)), 4), ([1, 2, 3], 3)]
+    ids, anchors = make_batch(sequences, config(blocks_per_seq=16), 0, generator)
+    assert ids.shape == (2, 10)
+    assert ((anchors[0] >= 3) & (anchors[0] <= 8)).all()
+    assert (anchors[1] == -1).all()  # no answer token: no block
+
+
+def test_fit_lowers_the_loss_on_a_memorised_sequence():
+    target, drafter = tiny_pair(seed=1)
+    sequence = torch.randint(0, VOCAB - 1, (24,), generator=torch.Generator().manual_seed(3)).tolist()
+    losses = []
+    cfg = config(steps=40, batch_size=2, blocks_per_seq=4, lr=3e-3, warmup=5)
+    fit(drafter, target, [(sequence, 2)], cfg, 0, lambda r: losses.append(r.get("loss")))
+    losses = [x for x in losses if x is not None]
+    assert losses[-1] < 0.7 * losses[0], losses
