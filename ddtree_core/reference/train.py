@@ -19,7 +19,7 @@ import argparse
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -53,7 +53,6 @@ class TrainConfig:
     warmup: int = 100
     loss_decay: float = 7.0
     seed: int = 0
-    max_train_seconds: float = 0.0  # > 0: fewer steps if the measured step time says so
     device: str = "cuda"
 
 
@@ -78,7 +77,9 @@ def generate_answers(
 ) -> list[tuple[list[int], int]]:
     """(token ids of prompt + answer, prompt length) per prompt: the target's greedy (or sampled) answer."""
     tokenizer.padding_side = "left"
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if tokenizer.pad_token_id is None:  # padding only: masked out of attention, cut from the answers
+        tokenizer.pad_token = tokenizer.eos_token
+    pad = tokenizer.pad_token_id
     sequences = []
     for start in range(0, len(texts), cfg.generate_batch):
         chunk = texts[start : start + cfg.generate_batch]
@@ -204,9 +205,7 @@ def fit(drafter, target, sequences, cfg: TrainConfig, pad_id: int, log) -> None:
     generator = torch.Generator().manual_seed(cfg.seed)
     device = drafter.device
     weights = torch.exp(-torch.arange(cfg.block_size, device=device).clamp(min=1).sub(1) / cfg.loss_decay)
-    steps, started = cfg.steps, time.time()
-    step = 0
-    while step < steps:
+    for step in range(cfg.steps):
         picks = torch.randint(len(sequences), (cfg.batch_size,), generator=generator).tolist()
         ids, anchors = make_batch([sequences[i] for i in picks], cfg, pad_id, generator)
         ids, anchors = ids.to(device), anchors.to(device)
@@ -217,13 +216,8 @@ def fit(drafter, target, sequences, cfg: TrainConfig, pad_id: int, log) -> None:
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        if step % 50 == 0 or step == steps - 1:
+        if step % 50 == 0 or step == cfg.steps - 1:
             log({"event": "step", "step": step, "loss": round(loss.item(), 4), "acc": [round(a, 3) for a in accuracy]})
-        if step == 19 and cfg.max_train_seconds > 0:  # the cosine schedule follows the shortened run
-            steps = min(steps, int(cfg.max_train_seconds / ((time.time() - started) / 20)))
-            cfg = replace(cfg, steps=max(steps, 20))
-            log({"event": "steps", "steps": steps})
-        step += 1
     drafter.eval()
 
 
@@ -288,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     ):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(TrainConfig, name))
     parser.add_argument("--sampled-passes", type=int, default=TrainConfig.sampled_passes)
-    for name in ("lr", "loss_decay", "sample_temperature", "max_train_seconds"):
+    for name in ("lr", "loss_decay", "sample_temperature"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(TrainConfig, name))
     parser.add_argument("--device", default=TrainConfig.device)
     args = vars(parser.parse_args(argv))
