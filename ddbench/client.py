@@ -1,0 +1,241 @@
+"""The `/generate` client: one request in SGLang's protocol timed on the client side, and a cell's requests.
+
+Requests carry token ids (`input_ids`), so every engine sees exactly the same prompt. Per-request
+DDTree settings travel in `sampling_params.custom_params` (ddtree_budget, ddtree_max_depth,
+ddtree_draft_temperature). With `stream=True` the server sends server-sent events
+(`data: {...}` ... `data: [DONE]`); the client then records time to first token and the gaps between
+chunks. SGLang's chunks carry cumulative `output_ids` unless started with --stream-output, which
+makes them incremental; `Completion` keeps whichever reading matches `meta_info.completion_tokens`.
+
+`run_cell` sends a cell's prompts, `concurrency` conversations at a time; a multi-turn prompt sends
+its turns one after the other, turn t carrying the cell's own answers to turns < t. Prompts are the
+DDTree harness's: the chat template as text (no system prompt, thinking off), then `encode`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ddbench.config import Cell, DDBenchError, SweepConfig, dataset_label
+from ddbench.results import RequestRecord, prompt_hash
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished request as the client saw it."""
+
+    output_ids: tuple[int, ...]
+    text: str
+    finish_reason: str | None
+    latency_s: float
+    ttft_s: float | None  # streaming only
+    itl_s: tuple[float, ...]  # gaps between streamed chunks (streaming only)
+    meta_info: dict[str, Any]
+
+    @property
+    def completion_tokens(self) -> int:
+        return int(self.meta_info.get("completion_tokens", len(self.output_ids)))
+
+
+def sampling_params(cell: Cell, config: SweepConfig) -> dict[str, Any]:
+    """SGLang sampling_params for one cell; DDTree settings ride in custom_params."""
+    params: dict[str, Any] = {
+        "temperature": cell.temperature,
+        "top_p": config.top_p,
+        "top_k": config.top_k,
+        "max_new_tokens": config.max_new_tokens,
+    }
+    if cell.method == "ddtree":
+        custom = {"ddtree_budget": cell.budget, "ddtree_draft_temperature": cell.draft_temperature}
+        if cell.max_depth is not None:
+            custom["ddtree_max_depth"] = cell.max_depth
+        params["custom_params"] = custom
+    return params
+
+
+def generate(
+    client: httpx.Client, url: str, input_ids: Sequence[int], params: dict[str, Any], *, stream: bool
+) -> Completion:
+    """POST /generate and wait for the whole answer; raises httpx.HTTPError on failure."""
+    payload = {"input_ids": list(input_ids), "sampling_params": params, "stream": stream}
+    start = time.perf_counter()
+    if not stream:
+        response = client.post(url + "/generate", json=payload)
+        _raise_for_status(response)
+        body = _one(response.json())
+        return _completion(body, body.get("output_ids", []), time.perf_counter() - start, None, ())
+    return _generate_streaming(client, url, payload, start)
+
+
+def _generate_streaming(client: httpx.Client, url: str, payload: dict, start: float) -> Completion:
+    arrivals: list[float] = []
+    cumulative: list[int] = []
+    concatenated: list[int] = []
+    body: dict[str, Any] = {}
+    with client.stream("POST", url + "/generate", json=payload) as response:
+        if response.is_error:
+            response.read()
+        _raise_for_status(response)
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[len("data:") :].strip()
+            if data == "[DONE]":
+                break
+            body = _one(json.loads(data))
+            if "error" in body:
+                raise httpx.HTTPError(f"streamed error: {str(body['error'])[:300]}")
+            ids = [int(token) for token in body.get("output_ids", [])]
+            if ids:
+                arrivals.append(time.perf_counter())
+                cumulative = ids
+                concatenated.extend(ids)
+    latency = time.perf_counter() - start
+    expected = int(body.get("meta_info", {}).get("completion_tokens", len(cumulative)))
+    output_ids = concatenated if len(concatenated) == expected != len(cumulative) else cumulative
+    ttft = arrivals[0] - start if arrivals else None
+    gaps = tuple(b - a for a, b in zip(arrivals, arrivals[1:]))
+    return _completion(body, output_ids, latency, ttft, gaps)
+
+
+def _completion(
+    body: dict[str, Any], output_ids: Sequence[int], latency: float, ttft: float | None, gaps: tuple[float, ...]
+) -> Completion:
+    meta = dict(body.get("meta_info") or {})
+    finish = meta.get("finish_reason")
+    if isinstance(finish, dict):
+        finish = finish.get("type")
+    return Completion(
+        output_ids=tuple(int(token) for token in output_ids),
+        text=str(body.get("text", "")),
+        finish_reason=finish,
+        latency_s=latency,
+        ttft_s=ttft,
+        itl_s=gaps,
+        meta_info=meta,
+    )
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    """Like raise_for_status, with the server's own error message in the exception."""
+    if response.is_error:
+        raise httpx.HTTPStatusError(
+            f"HTTP {response.status_code}: {response.text[:300]}", request=response.request, response=response
+        )
+
+
+def _one(body: Any) -> dict[str, Any]:
+    """SGLang answers a single request with an object, some versions with a one-item list."""
+    if isinstance(body, list):
+        body = body[0]
+    if not isinstance(body, dict):
+        raise httpx.DecodingError(f"unexpected /generate answer: {str(body)[:200]}")
+    return body
+
+
+def load_prompts(config: SweepConfig) -> dict[str, list]:
+    """The prompts of every dataset of the config, by dataset label (DDBenchError if one is missing)."""
+    from ddbench import datasets
+
+    prompts = {}
+    for spec in config.datasets:
+        try:
+            prompts[dataset_label(spec)] = datasets.load_prompts(spec, config.num_prompts, data_dir=config.data_dir)
+        except (ValueError, OSError, datasets.DatasetUnavailableError) as error:
+            raise DDBenchError(f"dataset {spec}: {str(error).splitlines()[0]}") from error
+    return prompts
+
+
+class Inputs:
+    """Prompts per dataset label and the target's tokenizer; tokenization is serialized (thread safety)."""
+
+    def __init__(self, config: SweepConfig):
+        from transformers import AutoTokenizer
+
+        self.prompts = load_prompts(config)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(config.model)
+        except (OSError, ValueError) as error:
+            raise DDBenchError(f"cannot load the tokenizer of {config.model}: {error}") from error
+        self._lock = threading.Lock()
+
+    def num_requests(self, dataset: str) -> int:
+        return sum(len(prompt.turns) for prompt in self.prompts[dataset])
+
+    def encode(self, messages: list[dict[str, str]]) -> list[int]:
+        """The DDTree harness's prompt: chat template as text (no thinking), then `encode`."""
+        with self._lock:
+            text = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+            )
+            return list(self.tokenizer.encode(text))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        with self._lock:
+            return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+
+def run_cell(
+    config: SweepConfig, cell: Cell, url: str, inputs: Inputs, on_request: Callable[[Cell], None]
+) -> tuple[list[RequestRecord], float]:
+    """All prompts of the cell's dataset, `concurrency` conversations at a time; (records, wall seconds)."""
+    params = sampling_params(cell, config)
+    limits = httpx.Limits(max_connections=cell.concurrency + 1)
+    with httpx.Client(timeout=config.request_timeout_s, limits=limits) as http:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=cell.concurrency) as pool:
+            futures = [
+                pool.submit(_conversation, http, url, cell, prompt, params, inputs, start, config.stream, on_request)
+                for prompt in inputs.prompts[cell.dataset]
+            ]
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:
+                future.cancel()
+            records = [record for future in futures for record in future.result()]
+        wall_s = time.perf_counter() - start
+    return sorted(records, key=lambda r: (r.prompt_index, r.turn)), wall_s
+
+
+def _conversation(http, url, cell, prompt, params, inputs, cell_start, stream, on_request) -> list[RequestRecord]:
+    """Every turn of one prompt; turn t's history holds this cell's own answers to turns < t."""
+    from ddbench.datasets import chat_messages
+
+    answers: list[str] = []
+    records = []
+    for turn in range(len(prompt.turns)):
+        input_ids = inputs.encode(chat_messages(prompt, answers))
+        start_s = time.perf_counter() - cell_start
+        completion = generate(http, url, input_ids, params, stream=stream)
+        answers.append(inputs.decode(completion.output_ids))
+        records.append(_record(cell, prompt.index, turn, input_ids, completion, start_s))
+        on_request(cell)
+    return records
+
+
+def _record(cell: Cell, index: int, turn: int, input_ids, completion: Completion, start_s: float) -> RequestRecord:
+    meta: dict[str, Any] = completion.meta_info
+    return RequestRecord(
+        cell_id=cell.cell_id,
+        **cell.to_dict(),
+        prompt_index=index,
+        turn=turn,
+        prompt_hash=prompt_hash(input_ids),
+        prompt_tokens=int(meta.get("prompt_tokens", len(input_ids))),
+        completion_tokens=completion.completion_tokens,
+        output_ids=completion.output_ids,
+        text=completion.text,
+        finish_reason=completion.finish_reason,
+        latency_s=completion.latency_s,
+        ttft_s=completion.ttft_s,
+        itl_s=completion.itl_s,
+        start_s=start_s,
+        meta_info=meta,
+    )

@@ -1,0 +1,268 @@
+"""Sweep configuration: a TOML file and command-line flags become one frozen `SweepConfig`.
+
+Config flows one way: `configs/NAME.toml` (its `[sweep]` table) is read first, flags given on the
+command line replace its keys, and the result is validated once here. `expand_cells` turns the config
+into the grid of cells a sweep measures. Every grid holds, per dataset x temperature x concurrency, one
+target-only cell (`ar`) and one linear DFlash cell (`dflash`) next to the DDTree cells, so speedup and
+parity come from the same run.
+
+Example `configs/smoke.toml`:
+
+    [sweep]
+    engine = "reference"
+    datasets = ["gsm8k"]
+    budgets = [4, 8]
+    num_prompts = 2
+    max_new_tokens = 16
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ENGINES = ("sglang", "reference")
+METHODS = ("ar", "dflash", "ddtree")
+BUILTIN_DATASETS = ("mt-bench", "gsm8k", "humaneval")
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+# Fields that define what a request measures; a results folder holds one value of each.
+RUN_DEFINING = ("engine", "model", "draft", "num_prompts", "max_new_tokens", "top_p", "top_k")
+
+
+class DDBenchError(Exception):
+    """An error the CLI reports as one line on stderr before exiting with status 2."""
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Everything a sweep needs; built by `build_config`, never mutated."""
+
+    engine: str = "reference"  # sglang | reference
+    model: str = ""  # target model folder or hub id
+    draft: str = ""  # DFlash drafter folder or hub id
+    budgets: tuple[int, ...] = (16, 32, 64, 128)  # DDTree node budgets (non-root nodes)
+    depths: tuple[int | None, ...] = (None,)  # DDTree depth limits; None = drafter block size - 1
+    draft_temperatures: tuple[float, ...] = (1.0,)
+    temperatures: tuple[float, ...] = (0.0,)
+    concurrency: tuple[int, ...] = (1,)
+    datasets: tuple[str, ...] = ("gsm8k",)  # builtin names or JSONL paths
+    data_dir: str | None = None  # offline dataset mirror
+    num_prompts: int | None = None  # prompts per dataset; None: 128 gsm8k, 164 humaneval, 80 mt-bench, all of a file
+    max_new_tokens: int = 2048
+    top_p: float = 1.0
+    top_k: int = -1  # -1: no top-k
+    gpus: tuple[int, ...] = ()  # GPU ids; empty: CPU (reference engine only)
+    tp: int = 1  # GPUs per server; len(gpus) // tp servers run cells in parallel
+    workers: int = 1  # CPU reference-engine servers running cells in parallel (no GPUs)
+    out: str = "results/sweep"
+    stream: bool = False  # stream responses (gives TTFT and inter-token latencies)
+    restart_per_budget: bool = False  # one server per DDTree setting instead of per-request custom_params
+    server_args: tuple[str, ...] = ()  # extra server command-line arguments
+    startup_timeout_s: float = 900.0
+    request_timeout_s: float = 3600.0
+    name: str = "sweep"
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the grid: a method setting measured on one dataset at one temperature and load."""
+
+    dataset: str  # dataset label: builtin name or JSONL file stem
+    method: str  # ar | dflash | ddtree
+    budget: int | None  # DDTree node budget; None for ar and dflash
+    max_depth: int | None  # DDTree depth limit; None: the drafter's block size - 1 (and for ar, dflash)
+    draft_temperature: float | None  # DDTree draft temperature; None for ar and dflash
+    temperature: float
+    concurrency: int
+
+    @property
+    def cell_id(self) -> str:
+        """A file-name-safe id, stable across runs: gsm8k__ddtree-b64-d7-dt1__t0__c1."""
+        setting = self.method
+        if self.method == "ddtree":
+            depth = "auto" if self.max_depth is None else str(self.max_depth)
+            setting += f"-b{self.budget}-d{depth}-dt{_num(self.draft_temperature)}"
+        dataset = re.sub(r"[^A-Za-z0-9._-]+", "_", self.dataset)
+        return f"{dataset}__{setting}__t{_num(self.temperature)}__c{self.concurrency}"
+
+    @property
+    def key(self) -> tuple:
+        """The fields that identify a cell across result sets (used to match baselines)."""
+        return (
+            self.dataset,
+            self.method,
+            self.budget,
+            self.max_depth,
+            self.draft_temperature,
+            self.temperature,
+            self.concurrency,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Cell:
+        return cls(**{f.name: data.get(f.name) for f in dataclasses.fields(cls)})
+
+
+def _num(value: float | None) -> str:
+    return "none" if value is None else f"{value:g}"
+
+
+def dataset_label(spec: str) -> str:
+    """The label a dataset spec is reported under: the builtin name, or a JSONL file's stem."""
+    return spec if spec in BUILTIN_DATASETS else Path(spec).name.removesuffix(".gz").removesuffix(".jsonl")
+
+
+def expand_cells(config: SweepConfig) -> list[Cell]:
+    """The sweep grid: per dataset x temperature x concurrency, AR, DFLASH, then every DDTree setting."""
+    cells = []
+    for spec in config.datasets:
+        for temperature in config.temperatures:
+            for concurrency in config.concurrency:
+                common = dict(dataset=dataset_label(spec), temperature=temperature, concurrency=concurrency)
+                cells.append(Cell(method="ar", budget=None, max_depth=None, draft_temperature=None, **common))
+                cells.append(Cell(method="dflash", budget=None, max_depth=None, draft_temperature=None, **common))
+                for budget in config.budgets:
+                    for depth in config.depths:
+                        for draft_temperature in config.draft_temperatures:
+                            cells.append(
+                                Cell(
+                                    method="ddtree",
+                                    budget=budget,
+                                    max_depth=depth,
+                                    draft_temperature=draft_temperature,
+                                    **common,
+                                )
+                            )
+    return cells
+
+
+def resolve_config_path(name_or_path: str) -> Path:
+    """`configs/NAME.toml` for a bare name, else the path itself."""
+    path = Path(name_or_path)
+    if path.suffix != ".toml":
+        path = CONFIG_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.toml")))
+        raise DDBenchError(f"no sweep config {name_or_path!r} (known: {known})")
+    return path
+
+
+def read_config_file(name_or_path: str) -> dict[str, Any]:
+    """The `[sweep]` table of a config file, with `name` defaulting to the file's stem."""
+    path = resolve_config_path(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise DDBenchError(f"{path}: {error}") from error
+    table = dict(data.get("sweep", {}))
+    table.setdefault("name", path.stem)
+    return table
+
+
+def build_config(file_values: dict[str, Any], flag_values: dict[str, Any]) -> SweepConfig:
+    """File values, then flags (None means 'not given'), then defaults; raises DDBenchError if invalid."""
+    merged = dict(file_values)
+    merged.update({key: value for key, value in flag_values.items() if value is not None})
+    names = {f.name for f in dataclasses.fields(SweepConfig)}
+    unknown = sorted(set(merged) - names)
+    if unknown:
+        raise DDBenchError(f"unknown sweep setting(s): {', '.join(unknown)}")
+    try:
+        return SweepConfig(**{key: _coerce(key, value) for key, value in merged.items()})
+    except (TypeError, ValueError) as error:
+        raise DDBenchError(str(error)) from error
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Turn TOML lists and flag strings ("16,32", "0-7") into the field's type."""
+    if key == "gpus":
+        return parse_gpus(value)
+    if key == "depths":
+        return tuple(None if item in (None, "auto", "none", "") else int(item) for item in as_list(value))
+    if key in ("budgets", "concurrency"):
+        return tuple(int(item) for item in as_list(value))
+    if key in ("draft_temperatures", "temperatures"):
+        return tuple(float(item) for item in as_list(value))
+    if key == "server_args":
+        return tuple(shlex.split(value) if isinstance(value, str) else (str(item) for item in value))
+    if key == "datasets":
+        return tuple(str(item) for item in as_list(value))
+    return value
+
+
+def as_list(value: Any) -> list:
+    """A comma-separated string, a list or one value, as a list."""
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def parse_gpus(value: Any) -> tuple[int, ...]:
+    """GPU ids from "0-7", "0,2,4", a list, or "" (none)."""
+    ids: list[int] = []
+    for item in as_list(value):
+        text = str(item)
+        if re.fullmatch(r"\d+-\d+", text):
+            first, last = (int(part) for part in text.split("-"))
+            ids.extend(range(first, last + 1))
+        elif text.isdigit():
+            ids.append(int(text))
+        else:
+            raise ValueError(f"GPU list must look like 0-7 or 0,1,2, got {value!r}")
+    return tuple(ids)
+
+
+def _validate(config: SweepConfig) -> None:
+    if config.engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {config.engine!r}")
+    if not config.budgets or any(budget < 1 for budget in config.budgets):
+        raise ValueError(f"budgets must be >= 1, got {list(config.budgets)}")
+    if any(depth is not None and depth < 1 for depth in config.depths) or not config.depths:
+        raise ValueError(f"depths must be >= 1, got {list(config.depths)}")
+    if not config.draft_temperatures or any(t <= 0 for t in config.draft_temperatures):
+        raise ValueError(f"draft temperatures must be > 0, got {list(config.draft_temperatures)}")
+    if not config.temperatures or any(t < 0 for t in config.temperatures):
+        raise ValueError(f"temperatures must be >= 0, got {list(config.temperatures)}")
+    if not config.concurrency or any(c < 1 for c in config.concurrency):
+        raise ValueError(f"concurrency must be >= 1, got {list(config.concurrency)}")
+    if not config.datasets:
+        raise ValueError("at least one dataset is needed")
+    for spec in config.datasets:
+        if spec not in BUILTIN_DATASETS and not spec.endswith((".jsonl", ".jsonl.gz")):
+            raise ValueError(f"unknown dataset {spec!r}: use {', '.join(BUILTIN_DATASETS)} or a .jsonl path")
+    labels = [dataset_label(spec) for spec in config.datasets]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"datasets must have distinct names, got {labels}")
+    for name in ("num_prompts", "max_new_tokens", "tp", "workers"):
+        if getattr(config, name) is not None and getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
+    if config.gpus and len(config.gpus) % config.tp:
+        raise ValueError(f"--tp {config.tp} must divide the {len(config.gpus)} GPUs given")
+    if config.engine == "sglang" and not config.gpus:
+        raise ValueError("the sglang engine needs GPUs (--gpus)")
+    if config.engine == "reference" and config.stream:
+        raise ValueError("the reference engine does not stream; drop --stream")
+    if not config.model or not config.draft:
+        raise ValueError("a target model and a drafter are needed (--model, --draft)")

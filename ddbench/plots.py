@@ -1,0 +1,170 @@
+"""PNG plots of a results folder (matplotlib, Agg backend): one file per view, one panel per dataset.
+
+- acceptance_vs_budget.png: DDTree tau vs node budget, DFLASH and AR as horizontal lines;
+- speedup_vs_budget.png: DDTree speedup vs budget, DFLASH as a line, the best budget starred;
+- throughput_vs_concurrency.png: tokens/s vs concurrency per method setting;
+- latency_cdf.png: CDF of request latency per method setting;
+- accept_histograms.png: the tau histogram per method setting;
+- depth_acceptance.png: P(accept depth d | reached d - 1) per method setting.
+
+DDTree lines are drawn per (temperature, concurrency, depth limit, draft temperature) series.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ddbench.report import CellSummary, best_budget_rows, setting  # noqa: E402
+from ddbench.results import CellResult  # noqa: E402
+
+
+def plot_all(rows: Sequence[CellSummary], results: Sequence[CellResult], out_dir: Path) -> list[Path]:
+    """Write every view that has data into out_dir; returns the files written."""
+    done = [row for row in rows if row.status == "done"]
+    views: list[tuple[str, Callable]] = [
+        ("acceptance_vs_budget.png", lambda ax, d: _versus_budget(ax, d, "acceptance_length", "acceptance length")),
+        ("speedup_vs_budget.png", lambda ax, d: _versus_budget(ax, d, "speedup_vs_ar", "speedup vs AR", star=True)),
+        ("throughput_vs_concurrency.png", _throughput),
+        ("accept_histograms.png", _histograms),
+        ("depth_acceptance.png", _depth_curves),
+    ]
+    written = []
+    for name, draw in views:
+        if _draw_per_dataset(done, draw, out_dir / name):
+            written.append(out_dir / name)
+    finished = [result for result in results if result.status == "done"]
+    if _draw_latency(finished, out_dir / "latency_cdf.png"):
+        written.append(out_dir / "latency_cdf.png")
+    return written
+
+
+def _draw_per_dataset(rows: Sequence[CellSummary], draw: Callable, path: Path) -> bool:
+    datasets = list(dict.fromkeys(row.dataset for row in rows))
+    if not datasets:
+        return False
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4.2), squeeze=False)
+    drawn = False
+    for ax, dataset in zip(axes[0], datasets):
+        drawn |= bool(draw(ax, [row for row in rows if row.dataset == dataset]))
+        ax.set_title(dataset)
+    if drawn:
+        _save(fig, path)
+    plt.close(fig)
+    return drawn
+
+
+def _series(row: CellSummary) -> str:
+    parts = [f"T={row.temperature:g}", f"c={row.concurrency}"]
+    if row.max_depth is not None:
+        parts.append(f"d={row.max_depth}")
+    if row.draft_temperature not in (None, 1.0):
+        parts.append(f"dt={row.draft_temperature:g}")
+    return ", ".join(parts)
+
+
+def _versus_budget(ax, rows: Sequence[CellSummary], field: str, label: str, star: bool = False) -> bool:
+    trees = [row for row in rows if row.method == "ddtree" and getattr(row, field) is not None]
+    series = list(dict.fromkeys(_series(row) for row in trees))
+    for index, name in enumerate(series):
+        points = sorted((row.budget, getattr(row, field)) for row in trees if _series(row) == name)
+        color = f"C{index}"
+        ax.plot(*zip(*points), marker="o", color=color, label=f"DDTree {name}")
+        for row in rows:
+            if row.method in ("ar", "dflash") and getattr(row, field) is not None and _series(row) == name:
+                style = "--" if row.method == "dflash" else ":"
+                ax.axhline(getattr(row, field), color=color, linestyle=style, label=f"{row.method.upper()} {name}")
+    if star:
+        for row in best_budget_rows(trees):
+            ax.plot([row.budget], [row.speedup_vs_ar], marker="*", markersize=16, color="gold", markeredgecolor="k")
+    if trees:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("node budget")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    return bool(trees)
+
+
+def _throughput(ax, rows: Sequence[CellSummary]) -> bool:
+    rated = [row for row in rows if row.tokens_per_s is not None]
+    for name in dict.fromkeys(f"{setting(row)} T={row.temperature:g}" for row in rated):
+        points = sorted(
+            (row.concurrency, row.tokens_per_s) for row in rated if f"{setting(row)} T={row.temperature:g}" == name
+        )
+        ax.plot(*zip(*points), marker="o", label=name)
+    if rated:
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel("output tokens / s")
+        ax.legend(fontsize=7)
+    return bool(rated)
+
+
+def _histograms(ax, rows: Sequence[CellSummary]) -> bool:
+    shown = [row for row in rows if row.accept_histogram]
+    width = 0.8 / max(len(shown), 1)
+    for index, row in enumerate(shown):
+        taus = np.arange(1, len(row.accept_histogram) + 1) + index * width - 0.4
+        ax.bar(taus, row.accept_histogram, width=width, label=f"{setting(row)} {_series(row)}", align="edge")
+    if shown:
+        ax.set_xlabel("accept length tau (bonus included)")
+        ax.set_ylabel("share of rounds")
+        ax.legend(fontsize=7)
+    return bool(shown)
+
+
+def _depth_curves(ax, rows: Sequence[CellSummary]) -> bool:
+    shown = [row for row in rows if any(value is not None for value in row.depth_acceptance)]
+    for row in shown:
+        depths = [d + 1 for d, value in enumerate(row.depth_acceptance) if value is not None]
+        values = [value for value in row.depth_acceptance if value is not None]
+        ax.plot(depths, values, marker=".", label=f"{setting(row)} {_series(row)}")
+    if shown:
+        ax.set_xlabel("depth d")
+        ax.set_ylabel("P(accept d | reached d-1)")
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=7)
+    return bool(shown)
+
+
+def _draw_latency(results: Sequence[CellResult], path: Path) -> bool:
+    datasets = list(dict.fromkeys(result.cell.dataset for result in results))
+    if not datasets:
+        return False
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4.2), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        for result in (r for r in results if r.cell.dataset == dataset and r.records):
+            latencies = np.sort([record.latency_s for record in result.records])
+            shares = np.arange(1, len(latencies) + 1) / len(latencies)
+            cell = result.cell
+            label = f"{cell.method} b{cell.budget} T={cell.temperature:g} c={cell.concurrency}"
+            ax.step(latencies, shares, where="post", label=label.replace(" bNone", ""))
+        ax.set_title(dataset)
+        ax.set_xlabel("request latency (s)")
+        ax.set_ylabel("CDF")
+        ax.legend(fontsize=7)
+    _save(fig, path)
+    plt.close(fig)
+    return True
+
+
+def _save(fig, path: Path) -> None:
+    """Save through a temporary file and a rename, so a reader never sees half a PNG."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(handle)
+    try:
+        fig.savefig(temporary, dpi=120)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,326 @@
+"""Run a sweep: plan servers over GPUs or CPU workers, run every unfinished cell, write the results.
+
+The grid's cells are grouped by the server they need (engine method, plus the DDTree setting when the
+engine cannot take it per request or --restart-per-budget asks for it); groups are split until every
+slot (a GPU group of --tp GPUs, or a CPU worker) has work, and the slots run their jobs in parallel
+threads, each starting one server at a time. A cell runs its prompts with `concurrency` requests in
+flight; multi-turn prompts send their turns one after the other, each turn carrying the model's own
+earlier answers. A finished cell is stored at once; a failed one leaves `<cell>.failure.json` and
+costs only itself (a server that died is restarted for the job's next cell; one that would not start
+fails its job's remaining cells). A rerun skips finished cells and retries the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from ddbench import env
+from ddbench.client import Inputs, run_cell
+from ddbench.config import RUN_DEFINING, Cell, DDBenchError, SweepConfig, dataset_label, expand_cells
+from ddbench.results import RunFolder, merge_requests, write_json
+from ddbench.server import LaunchSettings, Server, ServerError, ServerSpec, last_log_line
+
+
+class SweepProgress(Protocol):
+    """What the runner reports while it works (the CLI draws Rich progress bars from it)."""
+
+    def cells_planned(self, num_cells: int) -> None: ...
+
+    def cell_started(self, cell: Cell, num_requests: int) -> None: ...
+
+    def request_done(self, cell: Cell) -> None: ...
+
+    def cell_finished(self, cell: Cell, error: str | None) -> None: ...
+
+
+class _Silent:
+    def cells_planned(self, num_cells: int) -> None:
+        pass
+
+    def cell_started(self, cell: Cell, num_requests: int) -> None:
+        pass
+
+    def request_done(self, cell: Cell) -> None:
+        pass
+
+    def cell_finished(self, cell: Cell, error: str | None) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one server runs at a time: a group of GPUs, or a share of the CPU."""
+
+    index: int
+    gpus: tuple[int, ...]
+    cpu_threads: int | None
+
+
+@dataclass(frozen=True)
+class Job:
+    """Cells that one server (started once, restarted only if it dies) measures in order."""
+
+    spec: ServerSpec  # gpus and threads are filled in by the slot that runs it
+    cells: tuple[Cell, ...]
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    done: int  # cells finished in this run
+    skipped: int  # cells an earlier run had finished
+    failed: tuple[str, ...]  # "cell_id: error" of the cells that failed in this run
+
+
+def run_sweep(config: SweepConfig, progress: SweepProgress | None = None) -> SweepOutcome:
+    """Run every unfinished cell of `config`'s grid into `config.out`, then rewrite the merged files.
+
+    Everything that can be checked (settings against the folder, datasets, tokenizer) is checked before
+    anything is written.
+    """
+    progress = progress or _Silent()
+    folder = RunFolder(Path(config.out).expanduser())
+    previous = previous_manifest(folder, config)
+    cells = expand_cells(config)
+    pending = [cell for cell in cells if not folder.is_done(cell)]
+    inputs = Inputs(config) if pending else None
+    all_cells = write_manifest(folder, config, cells, previous)
+    failures: list[str] = []
+    if pending:
+        progress.cells_planned(len(pending))
+        jobs = plan_jobs(config, pending, len(plan_slots(config)))
+        failures = run_jobs(config, folder, jobs, inputs, progress)
+    results = [folder.read_cell(cell) for cell in all_cells]
+    merge_requests(folder, results)
+    from ddbench.report import write_summary
+
+    write_summary(folder, results)
+    return SweepOutcome(done=len(pending) - len(failures), skipped=len(cells) - len(pending), failed=tuple(failures))
+
+
+def previous_manifest(folder: RunFolder, config: SweepConfig) -> dict[str, Any] | None:
+    """The folder's manifest, if any; DDBenchError if it holds a sweep with other run-defining settings."""
+    if not folder.manifest.exists():
+        return None
+    previous = folder.read_manifest()
+    for name in RUN_DEFINING:
+        old, new = previous["config"].get(name), config.to_dict()[name]
+        if old != new:
+            raise DDBenchError(f"{folder.root} holds a sweep with {name}={old!r}, not {new!r}; use another --out")
+    return previous
+
+
+def write_manifest(
+    folder: RunFolder, config: SweepConfig, cells: Sequence[Cell], previous: dict[str, Any] | None
+) -> list[Cell]:
+    """Create or extend manifest.json; returns every cell the folder reports on (earlier runs' first)."""
+    stamp = env.environment_stamp()
+    known = [Cell.from_dict(data) for data in previous["cells"]] if previous else []
+    seen = set(known)
+    all_cells = known + [cell for cell in cells if cell not in seen]
+    runs = (previous or {}).get("runs", []) + [{"environment": stamp, "config": config.to_dict()}]
+    manifest = {
+        "name": config.name,
+        "config": config.to_dict(),
+        "datasets": {**(previous or {}).get("datasets", {}), **{dataset_label(s): s for s in config.datasets}},
+        "environment": stamp,
+        "cells": [cell.to_dict() for cell in all_cells],
+        "runs": runs,
+    }
+    write_json(folder.manifest, manifest)
+    return all_cells
+
+
+def plan_slots(config: SweepConfig) -> list[Slot]:
+    """One slot per group of `tp` GPUs, or `workers` CPU slots sharing the cores."""
+    if config.gpus:
+        groups = [config.gpus[i : i + config.tp] for i in range(0, len(config.gpus), config.tp)]
+        return [Slot(index, tuple(group), None) for index, group in enumerate(groups)]
+    threads = max(1, (os.cpu_count() or 1) // config.workers)
+    return [Slot(index, (), threads) for index in range(config.workers)]
+
+
+def server_spec(config: SweepConfig, cell: Cell) -> ServerSpec:
+    """The server a cell needs (without devices); cells with equal specs can share one server."""
+    launch = None
+    if cell.method == "ddtree" and config.restart_per_budget:
+        launch = LaunchSettings(cell.budget, cell.max_depth, cell.draft_temperature)
+    elif cell.method == "ddtree" and config.engine == "sglang":
+        launch = LaunchSettings(max(config.budgets), None, 1.0)  # widest tree; requests narrow it
+    return ServerSpec(
+        engine=config.engine,
+        method=cell.method,
+        model=config.model,
+        draft=config.draft,
+        tp=config.tp,
+        launch=launch,
+        extra_args=config.server_args,
+    )
+
+
+def plan_jobs(config: SweepConfig, cells: Sequence[Cell], num_slots: int) -> list[Job]:
+    """Group cells by server, then halve the largest job until every slot has one (or no job splits)."""
+    groups: dict[ServerSpec, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(server_spec(config, cell), []).append(cell)
+    jobs = [Job(spec, tuple(group)) for spec, group in groups.items()]
+    while len(jobs) < num_slots:
+        largest = max(jobs, key=lambda job: len(job.cells))
+        if len(largest.cells) < 2:
+            break
+        jobs.remove(largest)
+        half = len(largest.cells) // 2
+        jobs += [Job(largest.spec, largest.cells[:half]), Job(largest.spec, largest.cells[half:])]
+    return sorted(jobs, key=lambda job: -len(job.cells))
+
+
+class _Running:
+    """The servers alive now, so that an interrupt (Ctrl-C) can stop them all and the slots can quit."""
+
+    def __init__(self):
+        self.stopping = threading.Event()
+        self._servers: set[Server] = set()
+        self._lock = threading.Lock()
+
+    def add(self, server: Server) -> None:
+        with self._lock:
+            self._servers.add(server)
+
+    def remove(self, server: Server) -> None:
+        with self._lock:
+            self._servers.discard(server)
+
+    def interrupt(self) -> None:
+        self.stopping.set()
+        with self._lock:
+            servers = list(self._servers)
+        for server in servers:
+            server.stop()
+
+
+def run_jobs(
+    config: SweepConfig, folder: RunFolder, jobs: Sequence[Job], inputs: Inputs, progress: SweepProgress
+) -> list[str]:
+    """Run the jobs on every slot in parallel; returns 'cell_id: error' per failed cell.
+
+    On Ctrl-C every server is stopped, cells in flight stay unfinished (a rerun runs them), and the
+    KeyboardInterrupt propagates.
+    """
+    work: queue.Queue[Job] = queue.Queue()
+    for job in jobs:
+        work.put(job)
+    failures: list[str] = []
+    running = _Running()
+
+    def drain(slot: Slot) -> None:
+        while not running.stopping.is_set():
+            try:
+                job = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                failures.extend(run_job(config, folder, job, slot, inputs, progress, running))
+            except Exception as error:  # a bug must not leave the job's cells silently unaccounted for
+                lost = [cell for cell in job.cells if not folder.is_done(cell)]
+                failures.extend(_fail(folder, cell, f"internal error: {error!r}", None, progress) for cell in lost)
+
+    threads = [threading.Thread(target=drain, args=(slot,), name=f"slot{slot.index}") for slot in plan_slots(config)]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.5)
+    except KeyboardInterrupt:
+        running.interrupt()
+        for thread in threads:
+            thread.join()
+        raise
+    return failures
+
+
+def run_job(
+    config: SweepConfig,
+    folder: RunFolder,
+    job: Job,
+    slot: Slot,
+    inputs: Inputs,
+    progress: SweepProgress,
+    running: _Running,
+) -> list[str]:
+    """One job's cells on one slot's server; returns 'cell_id: error' per failed cell."""
+    spec = replace(job.spec, gpus=slot.gpus, cpu_threads=slot.cpu_threads)
+    failures: list[str] = []
+    server: Server | None = None
+    try:
+        for position, cell in enumerate(job.cells):
+            if server is None or not server.alive():
+                if server is not None:
+                    server.stop()
+                    running.remove(server)
+                log = folder.logs / f"slot{slot.index}-{spec.label}-{time.strftime('%Y%m%d-%H%M%S')}-{position}.log"
+                server = Server(spec, log, startup_timeout_s=config.startup_timeout_s)
+                running.add(server)
+                try:
+                    server.start()
+                    block_size = server.block_size()
+                except ServerError as error:
+                    server.stop()
+                    if running.stopping.is_set():
+                        return failures
+                    for lost in job.cells[position:]:
+                        failures.append(_fail(folder, lost, f"server did not start: {error}", log, progress))
+                    return failures
+            error = _run_and_store(config, folder, cell, server, block_size, inputs, progress)
+            if running.stopping.is_set():
+                return failures
+            if error is not None:
+                failures.append(_fail(folder, cell, error, server.log_path, progress))
+            else:
+                progress.cell_finished(cell, None)
+    finally:
+        if server is not None:
+            server.stop()
+            running.remove(server)
+    return failures
+
+
+def _fail(folder: RunFolder, cell: Cell, error: str, log, progress: SweepProgress) -> str:
+    folder.write_failure(cell, error, str(log))
+    progress.cell_finished(cell, error)
+    return f"{cell.cell_id}: {error}"
+
+
+def _run_and_store(
+    config: SweepConfig,
+    folder: RunFolder,
+    cell: Cell,
+    server: Server,
+    block_size: int | None,
+    inputs: Inputs,
+    progress: SweepProgress,
+) -> str | None:
+    """Run one cell and store it; the error message if it failed."""
+    progress.cell_started(cell, inputs.num_requests(cell.dataset))
+    started = time.time()
+    try:
+        records, wall_s = run_cell(config, cell, server.url, inputs, progress.request_done)
+    except (httpx.HTTPError, OSError, ValueError, KeyError) as error:
+        if isinstance(error, httpx.TransportError) and server.exited(timeout_s=5.0) or not server.alive():
+            return f"server died: {last_log_line(server.log_path)}"
+        return f"{type(error).__name__}: {error}"
+    except Exception as error:  # a bug while measuring costs the cell, and its traceback is kept
+        return f"{type(error).__name__}: {error} | {traceback.format_exc(limit=3)}"
+    info = {"label": server.spec.label, "log": str(server.log_path), "block_size": block_size}
+    info.update(server_started=server.started_at, started=started, finished=time.time())
+    folder.write_cell(cell, records, wall_s, info)
+    return None

@@ -1,0 +1,304 @@
+"""ddbench end to end through the CLI, with reference-engine servers over a tiny random model pair."""
+
+import csv
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ddbench.cli import app
+
+runner = CliRunner()
+
+
+def sweep_args(pair, prompts, out, *extra) -> list[str]:
+    target, draft = pair
+    return [
+        "sweep",
+        "--engine", "reference",
+        "--model", str(target),
+        "--draft", str(draft),
+        "--datasets", str(prompts),
+        "--budgets", "2,8",
+        "--max-new-tokens", "8",
+        "--out", str(out),
+        *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def swept(tiny_pair, prompt_file, tmp_path_factory) -> Path:
+    """One sweep (AR, DFLASH, DDTree b2 and b8) run by two CPU workers in parallel."""
+    out = tmp_path_factory.mktemp("sweep") / "run"
+    result = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out, "--workers", "2"))
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def summary_rows(folder: Path) -> list[dict]:
+    with open(folder / "summary.csv") as stream:
+        return list(csv.DictReader(stream))
+
+
+def test_sweep_writes_every_cell(swept):
+    rows = summary_rows(swept)
+    settings = [(row["method"], row["budget"]) for row in rows]
+    assert settings == [("ar", ""), ("dflash", ""), ("ddtree", "2"), ("ddtree", "8")]
+    assert all(row["status"] == "done" and row["num_requests"] == "4" for row in rows)
+    records = [json.loads(line) for line in (swept / "requests.jsonl").read_text().splitlines()]
+    assert len(records) == 16  # 4 cells x (3 prompts + a second turn)
+    assert {(r["prompt_index"], r["turn"]) for r in records} == {(0, 0), (1, 0), (1, 1), (2, 0)}
+    assert all(len(r["output_ids"]) == r["completion_tokens"] <= 8 for r in records)
+    manifest = json.loads((swept / "manifest.json").read_text())
+    assert manifest["config"]["budgets"] == [2, 8] and "torch" in manifest["environment"]["packages"]
+
+
+def test_greedy_speculative_outputs_equal_ar(swept):
+    rows = summary_rows(swept)
+    assert [row["parity"] for row in rows] == ["", "1.0", "1.0", "1.0"]
+    assert rows[0]["speedup_vs_ar"] == "1.0" and rows[0]["acceptance_length"] == "1.0"
+    for row in rows[1:]:
+        assert float(row["acceptance_length"]) >= 1.0
+        assert abs(sum(json.loads(row["accept_histogram"])) - 1.0) < 1e-9
+
+
+def test_two_workers_ran_in_parallel(swept):
+    done = [json.loads(path.read_text())["server"] for path in (swept / "cells").glob("*__c1.json")]
+    by_slot = {}
+    for server in done:  # each slot's busy span: its first server's launch to its last cell's end
+        slot = Path(server["log"]).name.split("-")[0]
+        first, last = by_slot.get(slot, (server["server_started"], server["finished"]))
+        by_slot[slot] = (min(first, server["server_started"]), max(last, server["finished"]))
+    assert sorted(by_slot) == ["slot0", "slot1"]
+    (start0, end0), (start1, end1) = by_slot.values()
+    assert start0 < end1 and start1 < end0  # the two spans intersect
+
+
+def test_rerun_skips_finished_cells(swept, tiny_pair, prompt_file):
+    before = (swept / "summary.csv").read_text()
+    result = runner.invoke(app, sweep_args(tiny_pair, prompt_file, swept, "--workers", "2"))
+    assert result.exit_code == 0, result.output
+    assert "0 cells run, 4 already done" in result.output
+    assert (swept / "summary.csv").read_text() == before
+
+
+def test_report_prints_tables_and_markdown(swept, tmp_path):
+    result = runner.invoke(app, ["report", str(swept), "--markdown", str(tmp_path / "report.md")])
+    assert result.exit_code == 0, result.output
+    assert "tiny" in result.output and "DDTree b8" in result.output
+    markdown = (tmp_path / "report.md").read_text()
+    assert markdown.startswith("### tiny") and markdown.count("| DDTree b") == 2
+
+
+def test_plot_writes_pngs(swept, tmp_path):
+    result = runner.invoke(app, ["plot", str(swept), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    names = sorted(path.name for path in tmp_path.glob("*.png"))
+    assert names == sorted(
+        [
+            "acceptance_vs_budget.png",
+            "speedup_vs_budget.png",
+            "throughput_vs_concurrency.png",
+            "accept_histograms.png",
+            "depth_acceptance.png",
+            "latency_cdf.png",
+        ]
+    )
+    assert all(path.read_bytes()[:4] == b"\x89PNG" for path in tmp_path.glob("*.png"))
+
+
+def test_compare_against_itself_passes(swept):
+    result = runner.invoke(app, ["compare", "--baseline", str(swept), str(swept)])
+    assert result.exit_code == 0, result.output
+    assert "4 of 4 matched cells within tolerance" in result.output
+
+
+def test_compare_against_inflated_acceptance_fails(swept, tmp_path):
+    inflated = tmp_path / "inflated"
+    shutil.copytree(swept, inflated)
+    for path in (inflated / "cells").glob("*ddtree*.jsonl"):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for record in records:  # every round accepts one more draft token than it did
+            record["meta_info"]["spec_accept_histogram"] = [0] + record["meta_info"]["spec_accept_histogram"]
+        path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    markdown = tmp_path / "c.md"
+    result = runner.invoke(app, ["compare", "--baseline", str(inflated), str(swept), "--markdown", str(markdown)])
+    assert result.exit_code == 1, result.output
+    assert "2 of 4 matched cells within tolerance" in result.output
+    assert markdown.read_text().count("REGRESSION: acceptance, histogram") == 2
+
+
+def test_unknown_dataset_exits_2_and_writes_nothing(tiny_pair, tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, sweep_args(tiny_pair, "nosuch", out))
+    assert result.exit_code == 2
+    assert result.stderr.strip().count("\n") == 0 and "unknown dataset 'nosuch'" in result.stderr
+    missing = runner.invoke(app, sweep_args(tiny_pair, tmp_path / "missing.jsonl", out))
+    assert missing.exit_code == 2 and "does not exist" in missing.stderr
+    assert not out.exists()
+
+
+def test_budget_zero_exits_2(tiny_pair, prompt_file, tmp_path):
+    result = runner.invoke(app, sweep_args(tiny_pair, prompt_file, tmp_path / "run", "--budgets", "0"))
+    assert result.exit_code == 2
+    assert result.stderr == "error: budgets must be >= 1, got [0]\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_folder_of_another_sweep_is_refused(swept, tiny_pair, prompt_file):
+    before = (swept / "manifest.json").read_text()
+    result = runner.invoke(app, sweep_args(tiny_pair, prompt_file, swept, "--max-new-tokens", "9"))
+    assert result.exit_code == 2 and "max_new_tokens=8" in result.stderr
+    assert (swept / "manifest.json").read_text() == before
+
+
+def test_malformed_baseline_exits_2(swept, tmp_path):
+    bad = tmp_path / "zlab.json"
+    bad.write_text('{"format": "ddbench-zlab/1", "cells": [{"dataset": "tiny"}]}')
+    result = runner.invoke(app, ["compare", "--baseline", str(bad), str(swept)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: malformed baseline") and result.stderr.count("\n") == 1
+    garbage = tmp_path / "printout.txt"
+    garbage.write_text("nothing useful\n")
+    assert runner.invoke(app, ["compare", "--baseline", str(garbage), str(swept)]).exit_code == 2
+
+
+@pytest.mark.slow
+def test_dead_server_costs_its_cells_and_exits_2(tiny_pair, prompt_file, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_pair[0], broken)
+    (broken / "model.safetensors").unlink()  # the tokenizer loads, the server dies loading weights
+    out = tmp_path / "run"
+    result = runner.invoke(app, sweep_args((broken, tiny_pair[1]), prompt_file, out, "--budgets", "2"))
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1].startswith("error: 3 cell(s) failed, rerun to retry; first: tiny__ar")
+    failures = [json.loads(path.read_text()) for path in (out / "cells").glob("*.failure.json")]
+    assert len(failures) == 3 and all("server did not start" in f["error"] for f in failures)
+
+
+@pytest.mark.slow
+def test_server_killed_mid_sweep_costs_its_cells_and_rerun_completes(tiny_pair, prompt_file, tmp_path):
+    import os
+    import signal
+
+    out = tmp_path / "run"
+    killed = []
+
+    def kill_ddtree_server():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            for pid_file in (out / "logs").glob("*ddtree*.pid") if (out / "logs").exists() else ():
+                os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+                killed.append(pid_file.name)
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=kill_ddtree_server)
+    watcher.start()
+    first = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out))
+    watcher.join()
+    assert killed and first.exit_code == 2
+    statuses = {row["cell_id"].split("__")[1]: row["status"] for row in summary_rows(out)}
+    assert statuses == {
+        "ar": "done",
+        "dflash": "done",
+        "ddtree-b2-dauto-dt1": "failed",
+        "ddtree-b8-dauto-dt1": "failed",
+    }
+    second = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out))
+    assert second.exit_code == 0, second.output
+    assert "2 cells run, 2 already done" in second.output
+    assert [row["status"] for row in summary_rows(out)] == ["done"] * 4
+    assert not list((out / "cells").glob("*.failure.json"))
+
+
+@pytest.mark.slow
+def test_server_dying_during_a_cell_costs_that_cell_only(tiny_pair, prompt_file, tmp_path):
+    """The DDTree server dies as its first cell starts: that cell fails, a new server runs the next."""
+    import os
+    import signal
+
+    from ddbench.config import build_config
+    from ddbench.runner import run_sweep
+
+    out = tmp_path / "run"
+    values = dict(engine="reference", model=str(tiny_pair[0]), draft=str(tiny_pair[1]), datasets=str(prompt_file))
+    config = build_config({**values, "budgets": "2,8", "max_new_tokens": 8, "out": str(out)}, {})
+
+    class KillFirstTreeServer:
+        killed = []
+
+        def cells_planned(self, num_cells):
+            pass
+
+        def cell_started(self, cell, num_requests):
+            if cell.method == "ddtree" and not self.killed:
+                (pid_file,) = (out / "logs").glob("*ddtree*.pid")
+                os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+                self.killed.append(cell.cell_id)
+
+        def request_done(self, cell):
+            pass
+
+        def cell_finished(self, cell, error):
+            pass
+
+    outcome = run_sweep(config, KillFirstTreeServer())
+    assert KillFirstTreeServer.killed == ["tiny__ddtree-b2-dauto-dt1__t0__c1"]
+    assert outcome.done == 3 and len(outcome.failed) == 1
+    assert outcome.failed[0].startswith("tiny__ddtree-b2-dauto-dt1__t0__c1: server died")
+    rerun = run_sweep(config)
+    assert (rerun.done, rerun.skipped, rerun.failed) == (1, 3, ())
+
+
+def test_offline_baseline_agrees_with_the_served_sweep(swept, tiny_pair, prompt_file, tmp_path):
+    """`ddbench baseline` (in-process, harness semantics) and the server sweep see the same tokens."""
+    zlab = tmp_path / "zlab.json"
+    target, draft = tiny_pair
+    args = ["baseline", "--model", str(target), "--draft", str(draft), "--datasets", str(prompt_file)]
+    result = runner.invoke(app, [*args, "--budgets", "2,8", "--max-new-tokens", "8", "--out", str(zlab)])
+    assert result.exit_code == 0, result.output
+    document = json.loads(zlab.read_text())
+    assert document["format"] == "ddbench-zlab/1" and document["block_size"] == 4
+    methods = [(cell["method"], cell["budget"]) for cell in document["cells"]]
+    assert methods == [("ar", None), ("dflash", None), ("ddtree", 2), ("ddtree", 8)]
+    response = document["cells"][3]["responses"][0]
+    assert sum(response["acceptance_lengths"]) >= len(response["output_ids"]) - 1  # the first token is prefill's
+    assert response["time_per_output_token"] > 0
+    compared = runner.invoke(app, ["compare", "--baseline", str(zlab), str(swept), "--no-speed"])
+    assert compared.exit_code == 0, compared.output
+    assert "4 of 4 matched cells within tolerance" in compared.output
+    assert compared.output.count("1.000") >= 4  # every cell's outputs match the baseline's
+
+
+@pytest.mark.slow
+def test_serve_runs_one_server_until_interrupted(tiny_pair, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from ddbench.server import free_port
+
+    port, log = free_port(), tmp_path / "serve.log"
+    target, draft = tiny_pair
+    command = [sys.executable, "-m", "ddbench.cli", "serve", "--engine", "reference", "--method", "dflash"]
+    command += ["--model", str(target), "--draft", str(draft), "--port", str(port), "--log", str(log)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        banner = process.stdout.readline()
+        assert f"reference-dflash serving at http://127.0.0.1:{port}" in banner
+        import httpx
+
+        body = {"text": "Hi", "sampling_params": {"temperature": 0, "max_new_tokens": 4}}
+        answer = httpx.post(f"http://127.0.0.1:{port}/generate", json=body, timeout=60).json()
+        assert answer["meta_info"]["completion_tokens"] == 4 and answer["meta_info"]["spec_verify_ct"] >= 1
+    finally:
+        os.killpg(process.pid, signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)

@@ -1,0 +1,447 @@
+"""ddbench pieces that need no inference server: config, summaries, baselines, compare, client, servers."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from ddbench import client, compare, report
+from ddbench.baseline import offline_cells_from_pt
+from ddbench.config import CONFIG_DIR, Cell, DDBenchError, build_config, expand_cells, parse_gpus, read_config_file
+from ddbench.results import CellResult, RequestRecord, RunFolder, prompt_hash
+from ddbench.runner import plan_jobs, plan_slots, server_spec
+from ddbench.server import LaunchSettings, Server, ServerError, ServerSpec
+
+MODELS = {"model": "m", "draft": "d"}
+
+
+# --- config -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, ids",
+    [("0-3", (0, 1, 2, 3)), ("0,2", (0, 2)), ("", ()), ([1, 5], (1, 5))],
+    ids=["range", "list", "none", "toml"],
+)
+def test_parse_gpus(text, ids):
+    assert parse_gpus(text) == ids
+
+
+def test_grid_has_ar_and_dflash_next_to_every_ddtree_setting():
+    config = build_config(
+        {**MODELS, "budgets": "16,32", "depths": "auto,4", "temperatures": "0,1", "concurrency": "1,4"}, {}
+    )
+    cells = expand_cells(config)
+    assert len(cells) == 2 * 2 * (2 + 2 * 2)
+    assert [cell.method for cell in cells[:6]] == ["ar", "dflash", "ddtree", "ddtree", "ddtree", "ddtree"]
+    assert [(c.budget, c.max_depth) for c in cells[2:6]] == [(16, None), (16, 4), (32, None), (32, 4)]
+    assert cells[5].cell_id == "gsm8k__ddtree-b32-d4-dt1__t0__c1"
+    assert Cell.from_dict(cells[5].to_dict()) == cells[5]
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"budgets": "16,0"}, "budgets must be >= 1"),
+        ({"engine": "vllm"}, "engine must be one of"),
+        ({"datasets": "gsm8k,nope"}, "unknown dataset 'nope'"),
+        ({"gpus": "0-2", "tp": 2}, "--tp 2 must divide the 3 GPUs"),
+        ({"engine": "sglang"}, "the sglang engine needs GPUs"),
+        ({"temperatures": "-1"}, "temperatures must be >= 0"),
+        ({"budget": 3}, "unknown sweep setting(s): budget"),
+        ({"gpus": "a-b"}, "GPU list must look like"),
+        ({"stream": True}, "the reference engine does not stream"),
+    ],
+    ids=["budget-zero", "engine", "dataset", "tp", "sglang-cpu", "temperature", "unknown-key", "gpus", "stream"],
+)
+def test_bad_settings_raise_one_line(values, message):
+    with pytest.raises(DDBenchError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        build_config({**MODELS, **values}, {})
+
+
+def test_flags_override_the_config_file():
+    config = build_config({**MODELS, "budgets": [8], "num_prompts": 3}, {"budgets": "4,5", "num_prompts": None})
+    assert config.budgets == (4, 5) and config.num_prompts == 3
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in CONFIG_DIR.glob("*.toml")))
+def test_shipped_configs_build(name):
+    values = read_config_file(name)
+    values.setdefault("model", "m")
+    values.setdefault("draft", "d")
+    config = build_config(values, {})
+    assert config.name == name and expand_cells(config)
+
+
+def test_missing_config_names_the_known_ones():
+    with pytest.raises(DDBenchError, match="no sweep config 'nope' .*cpu-smoke"):
+        read_config_file("nope")
+
+
+# --- planning --------------------------------------------------------------------------------------
+
+
+def test_jobs_group_by_server_and_split_to_fill_the_slots():
+    config = build_config({**MODELS, "budgets": "2,4,8,16", "workers": 4}, {})
+    jobs = plan_jobs(config, expand_cells(config), len(plan_slots(config)))
+    assert sorted(len(job.cells) for job in jobs) == [1, 1, 2, 2]
+    assert sorted(job.spec.method for job in jobs) == ["ar", "ddtree", "ddtree", "dflash"]
+    cells = [cell for job in jobs for cell in job.cells]
+    assert sorted(c.cell_id for c in cells) == sorted(c.cell_id for c in expand_cells(config))
+
+
+def test_restart_per_budget_gives_one_server_per_tree_setting():
+    config = build_config({**MODELS, "budgets": "2,4", "restart_per_budget": True}, {})
+    jobs = plan_jobs(config, expand_cells(config), 1)
+    launches = sorted(job.spec.launch.budget for job in jobs if job.spec.method == "ddtree")
+    assert launches == [2, 4]
+
+
+def test_sglang_servers_per_gpu_group_and_widest_budget_at_launch():
+    config = build_config({**MODELS, "engine": "sglang", "gpus": "0-3", "tp": 2, "budgets": "16,64"}, {})
+    assert [slot.gpus for slot in plan_slots(config)] == [(0, 1), (2, 3)]
+    spec = server_spec(config, expand_cells(config)[2])
+    assert spec.launch == LaunchSettings(64, None, 1.0)
+    command = spec.command(30001)
+    assert command[1:3] == ["-m", "ddtree_core.sglang.launch_server"]
+    assert command[command.index("--speculative-algorithm") + 1] == "DDTREE"
+    assert command[command.index("--tp-size") + 1] == "2"
+    env = ServerSpec("sglang", "ddtree", "m", "d", gpus=(2, 3), tp=2, launch=spec.launch).environment()
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["SGLANG_DDTREE_BUDGET"] == "64"
+    dflash = ServerSpec("sglang", "dflash", "m", "d").command(1)
+    assert dflash[2] == "sglang.launch_server" and "DFLASH" in dflash
+    assert "--speculative-algorithm" not in ServerSpec("sglang", "ar", "m", "d").command(1)
+
+
+def test_reference_command():
+    spec = ServerSpec("reference", "ddtree", "m", "d", launch=LaunchSettings(8, 3, 0.5), cpu_threads=1)
+    command = spec.command(4000)
+    assert command[1:3] == ["-m", "ddtree_core.reference.server"]
+    pairs = dict(zip(command[3::2], command[4::2]))
+    assert pairs == {
+        "--model": "m",
+        "--draft": "d",
+        "--method": "ddtree",
+        "--port": "4000",
+        "--device": "cpu",
+        "--budget": "8",
+        "--draft-temperature": "0.5",
+        "--max-depth": "3",
+    }
+    assert spec.environment()["OMP_NUM_THREADS"] == "1"
+
+
+# --- summaries -----------------------------------------------------------------------------------
+
+
+def record(cell: Cell, index: int, output: tuple, histogram=None, latency=0.1) -> RequestRecord:
+    meta = {"completion_tokens": len(output)}
+    if histogram is not None:
+        meta["spec_accept_histogram"] = histogram
+    return RequestRecord(
+        cell_id=cell.cell_id,
+        **cell.to_dict(),
+        prompt_index=index,
+        turn=0,
+        prompt_hash=prompt_hash([index]),
+        prompt_tokens=3,
+        completion_tokens=len(output),
+        output_ids=output,
+        text="",
+        finish_reason="length",
+        latency_s=latency,
+        ttft_s=None,
+        itl_s=(),
+        start_s=0.0,
+        meta_info=meta,
+    )
+
+
+AR = Cell("gsm8k", "ar", None, None, None, 0.0, 1)
+TREE = Cell("gsm8k", "ddtree", 8, None, 1.0, 0.0, 1)
+
+
+def two_cells() -> list[CellResult]:
+    """AR: 10 tokens in 1 s. DDTree: 10 tokens in 0.5 s, taus {1,2,2,3} and {3,3}, one output differs."""
+    ar = CellResult(AR, "done", (record(AR, 0, (1,) * 5), record(AR, 1, (2,) * 5)), 1.0, None, {})
+    tree_records = (record(TREE, 0, (1,) * 5, [1, 2, 1]), record(TREE, 1, (2, 2, 2, 2, 9), [0, 0, 2]))
+    tree = CellResult(TREE, "done", tree_records, 0.5, None, {"block_size": 4})
+    return [ar, tree]
+
+
+def test_summary_of_constructed_records():
+    ar, tree = report.summarize(two_cells())
+    assert (ar.acceptance_length, ar.parity, ar.speedup_vs_ar, ar.accept_histogram) == (1.0, None, 1.0, (1.0,))
+    assert tree.acceptance_length == pytest.approx(14 / 6)  # pooled: (1+2+2+3 + 3+3) / 6 rounds
+    assert tree.acceptance_length_per_response == pytest.approx(2.5)  # mean of 2.0 and 3.0
+    assert tree.accept_histogram == pytest.approx((1 / 6, 2 / 6, 3 / 6))
+    assert tree.depth_acceptance == pytest.approx((5 / 6, 3 / 5, 0.0))  # trees reach min(block - 1, budget) = 3
+    assert (tree.parity, tree.speedup_vs_ar, tree.tokens_per_s) == (0.5, 2.0, 20.0)
+
+
+def test_summary_csv_round_trip(tmp_path):
+    rows = report.summarize(
+        two_cells() + [CellResult(TREE.__class__(**{**TREE.to_dict(), "budget": 4}), "failed", (), None, "boom")]
+    )
+    path = tmp_path / "summary.csv"
+    path.write_text(report.summary_csv(rows))
+    assert report.read_summary(path) == rows
+    assert rows[-1].status == "failed" and rows[-1].error == "boom"
+
+
+# --- baselines -----------------------------------------------------------------------------------
+
+ZLAB_OFFLINE = """Baseline throughput: 40.00 tok/s
+DFlash throughput:  200.00 tok/s
+Decoding speedup: 5.00
+Average Acceptance length: 6.55
+Acceptance length histogram: ['0.0%', '10.0%', '20.0%', '70.0%']
+"""
+ZLAB_SERVER = """
+==================================================
+Backend:          sglang
+Dataset:          gsm8k
+Num prompts:      1024
+Concurrency:      8
+Latency:          100.0s
+Output tokens:    200000
+Throughput:       2,000.00 tok/s
+Accept length:    6.290
+==================================================
+"""
+
+
+def test_zlab_offline_printout():
+    side = compare.parse_zlab_text(ZLAB_OFFLINE, dataset="gsm8k", temperature=0.0)
+    assert side.key == ("gsm8k", "dflash", None, None, None, 0.0, None)
+    assert (side.acceptance_length, side.acceptance_length_per_response, side.speedup_vs_ar) == (None, 6.55, 5.0)
+    assert side.accept_histogram == pytest.approx((0.1, 0.2, 0.7))
+    with pytest.raises(DDBenchError, match="names no dataset"):
+        compare.parse_zlab_text(ZLAB_OFFLINE, dataset=None, temperature=0.0)
+
+
+def test_zlab_server_printout():
+    side = compare.parse_zlab_text(ZLAB_SERVER, dataset=None, temperature=0.0)
+    assert side.key == ("gsm8k", "dflash", None, None, None, 0.0, 8) and side.acceptance_length_per_response == 6.29
+
+
+def harness_response(prompt, generated, taus, tpot):
+    ids = torch.tensor([prompt + generated])
+    return types.SimpleNamespace(
+        output_ids=ids, num_input_tokens=len(prompt), acceptance_lengths=taus, time_per_output_token=tpot
+    )
+
+
+def test_liranringel_pt_file(tmp_path):
+    responses = [
+        {
+            "baseline": harness_response([5, 6], [1, 2, 3, 4], [1, 1, 1, 1], 0.04),
+            "dflash": harness_response([5, 6], [1, 2, 3, 4], [3, 1], 0.02),
+            "ddtree_tb16": harness_response([5, 6], [1, 2, 3, 4], [4], 0.01),
+        },
+        {
+            "baseline": harness_response([7], [8, 9], [1, 1], 0.02),
+            "dflash": harness_response([7], [8, 9], [2], 0.01),
+            "ddtree_tb16": harness_response([7], [8, 7], [2], 0.01),
+        },
+    ]
+    run = {"responses": responses, "block_size": 16, "args": {"dataset": "gsm8k", "temperature": 0.0}}
+    torch.save(run, tmp_path / "gsm8k__sdpa.pt")
+    cells = {cell.method + str(cell.budget or ""): cell for cell in offline_cells_from_pt(tmp_path / "gsm8k__sdpa.pt")}
+    assert sorted(cells) == ["ar", "ddtree16", "dflash"]
+    dflash, tree = cells["dflash"], cells["ddtree16"]
+    assert dflash.acceptance_length == pytest.approx(6 / 3) and dflash.acceptance_length_per_response == 2.0
+    assert dflash.speedup_vs_ar == pytest.approx(0.03 / 0.015) and dflash.parity == 1.0
+    assert tree.key == ("gsm8k", "ddtree", 16, None, 1.0, 0.0, None) and tree.parity == 0.5
+    assert tree.responses[0].prompt_hash == prompt_hash([5, 6])
+
+
+def side(accept, histogram=(0.5, 0.5), speedup=2.0, parity=1.0, outputs=None):
+    return compare.Side(
+        key=TREE.key,
+        acceptance_length=accept,
+        acceptance_length_per_response=None,
+        accept_histogram=histogram,
+        depth_acceptance=(0.5,),
+        speedup_vs_ar=speedup,
+        parity=parity,
+        outputs=outputs or {},
+        labels={},
+    )
+
+
+@pytest.mark.parametrize(
+    "ours, failures",
+    [
+        (side(2.0), ()),
+        (side(1.97), ()),  # 1.5% lower: within the 2% tolerance
+        (side(1.9), ("acceptance",)),
+        (side(2.5), ()),  # better is not a regression unless strict
+        (side(2.0, histogram=(0.6, 0.4)), ("histogram",)),
+        (side(2.0, speedup=1.7), ("speedup",)),
+        (side(2.0, parity=0.9), ("parity",)),
+    ],
+    ids=["equal", "within", "lower", "higher", "histogram", "speedup", "parity"],
+)
+def test_compare_tolerances(ours, failures):
+    assert compare.compare_cells(ours, side(2.0), compare.Tolerances()).failures == failures
+
+
+def test_compare_strict_and_output_divergence():
+    strict = compare.Tolerances(strict=True, min_match=1.0)
+    ours = side(2.5, outputs={"h1": (1, 2, 3), "h2": (4, 5)})
+    theirs = side(2.0, outputs={"h1": (1, 2, 3), "h2": (4, 6), "h3": (7,)})
+    delta = compare.compare_cells(ours, theirs, strict)
+    assert delta.failures == ("acceptance", "match")
+    assert delta.match == 0.5 and delta.divergences == ("h2@1",)
+
+
+# --- client ----------------------------------------------------------------------------------------
+
+
+def mock_client(handler) -> httpx.Client:
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+def test_client_plain_request_sends_ids_and_custom_params():
+    seen = {}
+
+    def handler(request):
+        seen.update(json.loads(request.content))
+        meta = {"completion_tokens": 2, "finish_reason": {"type": "length"}}
+        return httpx.Response(200, json={"text": "ab", "output_ids": [3, 4], "meta_info": meta})
+
+    config = build_config({**MODELS, "max_new_tokens": 2}, {})
+    params = client.sampling_params(TREE, config)
+    completion = client.generate(mock_client(handler), "http://x", [1, 2], params, stream=False)
+    assert seen["input_ids"] == [1, 2] and seen["stream"] is False
+    assert seen["sampling_params"]["custom_params"] == {"ddtree_budget": 8, "ddtree_draft_temperature": 1.0}
+    assert (completion.output_ids, completion.finish_reason, completion.ttft_s) == ((3, 4), "length", None)
+
+
+@pytest.mark.parametrize(
+    "chunks", [[[5], [5, 6, 7], [5, 6, 7, 8]], [[5], [6, 7], [8]]], ids=["cumulative", "incremental"]
+)
+def test_client_streaming_reads_either_chunk_convention(chunks):
+    def handler(request):
+        lines = [
+            "data: " + json.dumps({"output_ids": ids, "meta_info": {"completion_tokens": 4}}) + "\n\n" for ids in chunks
+        ]
+        return httpx.Response(200, content=("".join(lines) + "data: [DONE]\n\n").encode())
+
+    completion = client.generate(mock_client(handler), "http://x", [1], {}, stream=True)
+    assert completion.output_ids == (5, 6, 7, 8)
+    assert completion.ttft_s is not None and len(completion.itl_s) == 2
+
+
+def test_client_error_carries_the_server_message():
+    handler = lambda request: httpx.Response(400, json={"error": {"message": "bad top_k"}})
+    with pytest.raises(httpx.HTTPStatusError, match="HTTP 400: .*bad top_k"):
+        client.generate(mock_client(handler), "http://x", [1], {}, stream=False)
+
+
+# --- server lifecycle ------------------------------------------------------------------------------
+
+FAKE_SERVER = textwrap.dedent(
+    """
+    import http.server, json, subprocess, sys
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print("CHILD_PID", child.pid, flush=True)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self._send({"ddtree_block_size": 4} if self.path == "/get_server_info" else {})
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self._send({"text": "", "output_ids": [], "meta_info": {}})
+
+        def _send(self, body):
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+    """
+)
+
+
+@dataclass(frozen=True)
+class ScriptSpec(ServerSpec):
+    script: str = ""
+
+    def command(self, port: int) -> list[str]:
+        return [sys.executable, "-c", self.script, str(port)]
+
+
+def test_server_context_starts_checks_and_kills_the_process_group(tmp_path):
+    spec = ScriptSpec("reference", "ddtree", "m", "d", script=FAKE_SERVER)
+    log = tmp_path / "logs" / "fake.log"
+    with Server(spec, log, startup_timeout_s=30) as server:
+        assert server.alive() and server.pid_path.exists() and server.block_size() == 4
+        child = int(next(line for line in log.read_text().splitlines() if line.startswith("CHILD_PID")).split()[1])
+    assert not server.pid_path.exists()
+    deadline = time.monotonic() + 10
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(child)
+
+
+def _running(pid: int) -> bool:
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+    return bool(state) and not state.startswith("Z")
+
+
+def test_server_that_exits_fails_fast_with_its_last_words(tmp_path):
+    spec = ScriptSpec("reference", "ar", "m", "d", script="import sys; print('no such model'); sys.exit(3)")
+    start = time.monotonic()
+    with pytest.raises(ServerError, match="exited with code 3 during startup: no such model"):
+        with Server(spec, tmp_path / "dead.log", startup_timeout_s=60):
+            pass
+    assert time.monotonic() - start < 10
+
+
+def test_run_folder_reports_pending_and_failed_cells(tmp_path):
+    folder = RunFolder(tmp_path)
+    assert folder.read_cell(AR).status == "pending"
+    folder.write_failure(AR, "server died: x", None)
+    assert folder.read_cell(AR).status == "failed" and folder.read_cell(AR).error == "server died: x"
+    folder.write_cell(AR, two_cells()[0].records, 1.0, {})
+    assert folder.read_cell(AR).status == "done" and not folder.failure_path(AR).exists()
+    assert not list(Path(tmp_path).rglob("*.tmp"))
+
+
+# --- thin wrappers ---------------------------------------------------------------------------------
+
+
+def test_kernels_passes_its_arguments_through():
+    from typer.testing import CliRunner
+
+    from ddbench.cli import app
+
+    result = CliRunner().invoke(app, ["kernels", "--help"])
+    assert result.exit_code == 0 and "--smoke" in result.output and "--budgets" in result.output
+
+
+def test_testbed_prepare_prints_the_cached_folder(tmp_path):
+    from typer.testing import CliRunner
+
+    from ddbench import testbed
+    from ddbench.cli import app
+
+    folder = tmp_path / testbed.TARGET_NAME
+    folder.mkdir()
+    for name in testbed.REQUIRED_FILES:
+        (folder / name).write_text("{}")
+    result = CliRunner().invoke(app, ["testbed", "prepare", "--cache-dir", str(tmp_path)])
+    assert result.exit_code == 0 and result.stdout.strip() == str(folder)
