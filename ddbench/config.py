@@ -21,15 +21,10 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 ENGINES = ("sglang", "reference")
 METHODS = ("ar", "dflash", "ddtree")
