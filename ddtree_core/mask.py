@@ -20,7 +20,8 @@ Three layouts:
   W * sum(prefix_lens[:b]) + b * W * W (`build_tree_kernel_efficient`, tree_mask_mode FULL_MASK).
 
 impl (ops.resolve): "reference" walks parents on the host (numpy for the bits); "torch" and "triton"
-run the batched torch code here (static shapes, no host reads, CUDA-graph capturable).
+run the batched torch code here (static shapes, no host reads, CUDA-graph capturable); "triton"
+runs kernels/tree_mask.py for `ancestor_mask` and the torch code for the rest.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ def ancestor_mask(tree: TreeShape, *, impl: str | None = None) -> torch.Tensor:
     impl = ops.resolve(impl, tree.parents.device)
     if impl == "reference":
         return _ancestor_reference(tree.parents)
+    if impl == "triton":
+        from ddtree_core.kernels import tree_mask
+
+        return tree_mask.ancestor_mask(tree)
     return _ancestor_torch(tree.parents, tree.max_depth)
 
 

@@ -33,6 +33,8 @@ import torch
 
 from ddtree_core import ops
 
+TRITON_NODE_LIMIT = 1 << 15  # the Triton build packs node indices in 15 bits: 1 + depth * budget < this
+
 
 @dataclass(frozen=True)
 class DraftTopK:
@@ -130,7 +132,10 @@ def build_tree_from_topk(
         max_budget = _max_budget(budget, batch)
     elif max_budget < 0:
         raise ValueError(f"max_budget must be >= 0, got {max_budget}")
-    impl = ops.resolve(impl, topk.log_probs.device)
+    chosen = ops.resolve(impl, topk.log_probs.device)
+    if chosen == "triton" and impl is None and 1 + max_depth * max_budget >= TRITON_NODE_LIMIT:
+        chosen = "torch"  # beyond the kernel's 15-bit node indices; asked for explicitly, it raises
+    impl = chosen
     if impl == "reference":
         return _build_reference(topk, budget, max_depth, max_budget)
     if impl == "triton":

@@ -1,0 +1,11 @@
+"""Triton kernels for the DDTree hot paths, each the twin of a reference function.
+
+- `tree_build.build_tree_from_topk`: the draft trees of a batch from their top-K lists
+  (twin of `tree.build_tree_from_topk(impl="reference")`, equal field by field).
+- `tree_walk.follow_tree`: the verification walk (twin of `verify.follow_tree`).
+- `tree_walk.ancestor_mask`: the dense ancestor mask and the verify positions of every node
+  (twin of `mask.ancestor_mask` and `encoding.positions`).
+
+Importing `ddtree_core` never imports this package; the dispatch in `ops` reaches it only for
+impl="triton". On a machine without a GPU the kernels run under TRITON_INTERPRET=1.
+"""

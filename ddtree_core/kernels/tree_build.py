@@ -1,0 +1,500 @@
+"""Triton twin of `tree.build_tree_from_topk`: one program builds one request's draft tree.
+
+The program runs the level-synchronous selection of batched.py (its docstring proves it equal to the
+best-first heap, ties included), with two changes that suit one streaming multiprocessor: it never
+sorts (one program's tl.sort or tl.topk of 2048 keys took 13-33 us on an H200), and it skips work
+that cannot matter. For the level below the kept nodes of depth d, with b the request's budget:
+
+  1. expand: candidate pairs (i, r), i = position of a kept depth-d node in its level, r < K a rank,
+     with (i+1)(r+1) <= b (a static i-major table); score = score_i + log_prob[d, r] in float32;
+     key = bits(-score), which orders like -score for scores <= 0. A candidate is dropped when its
+     key reaches `bound`: at least b nodes already kept have strictly smaller keys (see 4).
+  2. select: the survivors are compacted into a scratch list in (i, r) order; if more than b
+     survive, a radix selection over their keys (histograms, no sort) keeps the b smallest, equal
+     keys in list order, which is the level order (key, i, r).
+  3. rank: each kept candidate's position is the number of kept candidates with a smaller
+     (key, i, r), counted by broadcast compares (b * b, no sort); the level is appended, in that
+     order, to a pool of all kept nodes (depth-major, so pool order is (depth, position)).
+  4. bound: a 2048-bucket histogram of every kept key (the top 11 bits) gives the bucket where the
+     kept count reaches b; keys beyond it are beaten by b kept nodes, and so are their children
+     (a child's key is never smaller than its parent's), so the bound also cuts the parents of the
+     next level to a prefix of this one.
+After the last level (or the first that keeps nothing) the b smallest pool keys, ties in pool order,
+are selected and ranked the same way: rank + 1 is the node index in pop order.
+
+Worked example (tree.py's: K = 2, budget 4, log-probs a -0.1 b -2.5 | c -0.2 d -1.9):
+
+    level 1: pairs (0,0) a -0.1, (0,1) b -2.5                        kept [a, b]
+    level 2: pairs (0,0) a.c -0.3, (0,1) a.d -2.0, (1,0) b.c -2.7,   kept [a.c, a.d, b.c, b.d]
+             (1,1) b.d -4.4   ((i+1)(r+1) <= 4 admits all four)
+    pool [root, a, b, a.c, a.d, b.c, b.d]; its 4 smallest keys: a, a.c, a.d, b -> nodes 1, 2, 3, 4
+
+Cost per level: one pass over the candidates (about b ln b), a few histogram passes only when more
+than b survive, and b * b compares for the ranks; levels that the bound empties cost nothing, so a
+flat tree (uniform drafts) stops after a level or two.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ddtree_core.tree import TRITON_NODE_LIMIT, DraftTopK, DraftTree
+
+_I32_MAX = tl.constexpr(2147483647)
+_PACK_LIMIT = TRITON_NODE_LIMIT  # pool indices and budgets must fit 15 bits: pk = parent_pool_index << 16 | rank
+
+
+@triton.jit
+def _score_key(score):
+    """int32 key of float32 scores <= 0: the bits of |score|, ordered like -score (-0.0 -> 0)."""
+    return (-score).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+
+
+@triton.jit
+def _bit_length(x):
+    """Bits needed to write x >= 0 (float rounding may add one, never removes one), at most 31."""
+    exponent = (x.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 126
+    return tl.minimum(tl.where(x > 0, exponent, 0), 31)
+
+
+@triton.jit
+def _select_bucket(key_ptr, n, need, CHUNK: tl.constexpr, LOG_BINS: tl.constexpr):
+    """Radix selection of the `need` smallest of n >= need keys (int32 >= 0) at key_ptr.
+
+    Returns (lower, upper, left): exactly need - left keys are < lower, at least `left` keys lie in
+    [lower, upper), and the first `left` of those, in array order, complete the `need` smallest.
+    Each pass histograms the keys of the current bucket by their next LOG_BINS bits; it stops as
+    soon as the chosen bucket is taken whole or holds a single key value.
+    """
+    BINS: tl.constexpr = 1 << LOG_BINS
+    offs = tl.arange(0, CHUNK)
+    lo = n * 0 + _I32_MAX
+    hi = n * 0
+    c0 = n * 0
+    while c0 < n:
+        m = c0 + offs < n
+        key = tl.load(key_ptr + c0 + offs, mask=m, other=0)
+        lo = tl.minimum(lo, tl.min(tl.where(m, key, _I32_MAX), 0))
+        hi = tl.maximum(hi, tl.max(tl.where(m, key, 0), 0))
+        c0 += CHUNK
+    bins = tl.arange(0, BINS)
+    base = lo
+    width = _bit_length(hi - lo)  # the bucket [base, base + 2**width) holds every key
+    left = need
+    searching = n > need
+    while searching:
+        shift = tl.maximum(width - LOG_BINS, 0)
+        hist = tl.zeros([BINS], tl.int32)
+        c0 = n * 0
+        while c0 < n:
+            m = c0 + offs < n
+            rel = tl.load(key_ptr + c0 + offs, mask=m, other=-1) - base
+            inside = m & (rel >= 0) & ((rel >> width) == 0)
+            hist += tl.histogram(rel >> shift, BINS, mask=inside)
+            c0 += CHUNK
+        cum = tl.cumsum(hist, 0)
+        chosen = tl.sum((cum < left).to(tl.int32), 0)
+        left -= tl.sum(tl.where(bins < chosen, hist, 0), 0)
+        in_chosen = tl.sum(tl.where(bins == chosen, hist, 0), 0)
+        base += chosen << shift
+        width = shift
+        searching = (in_chosen != left) & (shift > 0)
+    one = base.to(tl.int64) * 0 + 1
+    upper = tl.minimum(base.to(tl.int64) + (one << width.to(tl.int64)), _I32_MAX).to(tl.int32)
+    return base, upper, left
+
+
+@triton.jit
+def _compact_selected(
+    src_key, src_pk, src_score, n, lower, upper, left, dst_key, dst_pk, dst_score,
+    FROM_POOL: tl.constexpr, CHUNK: tl.constexpr,
+):  # fmt: skip
+    """Copy the entries that `_select_bucket` chose, in order, to dst; returns how many.
+
+    FROM_POOL: the source is pool[1:], and the payload written is the pool index (j + 1).
+    """
+    offs = tl.arange(0, CHUNK)
+    n_sel = n * 0
+    n_tie = n * 0
+    c0 = n * 0
+    while c0 < n:
+        j = c0 + offs
+        m = j < n
+        key = tl.load(src_key + j, mask=m, other=_I32_MAX)
+        tie = (m & (key >= lower) & (key < upper)).to(tl.int32)
+        sel = m & ((key < lower) | ((tie == 1) & (n_tie + tl.cumsum(tie, 0) - tie < left)))
+        pos = n_sel + tl.cumsum(sel.to(tl.int32), 0) - 1
+        tl.store(dst_key + pos, key, mask=sel)
+        if FROM_POOL:
+            tl.store(dst_pk + pos, j + 1, mask=sel)
+        else:
+            tl.store(dst_pk + pos, tl.load(src_pk + j, mask=sel, other=0), mask=sel)
+            tl.store(dst_score + pos, tl.load(src_score + j, mask=sel, other=0.0), mask=sel)
+        n_sel += tl.sum(sel.to(tl.int32), 0)
+        n_tie += tl.sum(tie, 0)
+        c0 += CHUNK
+    return n_sel
+
+
+@triton.jit
+def _rank(key, low, src_key, src_low, n, PCH: tl.constexpr, QCH: tl.constexpr):
+    """For each (key, low) [PCH], how many of the n entries of src have a smaller (key, low)."""
+    mine = (key.to(tl.int64) << 32) | low.to(tl.int64)
+    q_offs = tl.arange(0, QCH)
+    rank = tl.zeros([PCH], tl.int32)
+    q0 = n * 0
+    while q0 < n:
+        qm = q0 + q_offs < n
+        theirs_key = tl.load(src_key + q0 + q_offs, mask=qm, other=_I32_MAX).to(tl.int64)
+        theirs = (theirs_key << 32) | tl.load(src_low + q0 + q_offs, mask=qm, other=_I32_MAX).to(tl.int64)
+        rank += tl.sum((theirs[:, None] < mine[None, :]).to(tl.int32), 0)
+        q0 += QCH
+    return rank
+
+
+@triton.jit
+def _expand_level(
+    lp_row, s_ll, s_lk, pairs_ptr, n_cand, d, b, bound, start_par, pool_score,
+    cand_key, cand_pk, cand_score, CHUNK: tl.constexpr,
+):  # fmt: skip
+    """Step 1: score the candidate pairs of the level below depth d, keep those under `bound`,
+    compact them in (i, r) order. Returns how many survive."""
+    offs = tl.arange(0, CHUNK)
+    n_valid = n_cand * 0
+    c0 = n_cand * 0
+    while c0 < n_cand:
+        j = c0 + offs
+        pair = tl.load(pairs_ptr + j, mask=j < n_cand, other=0)
+        i = pair >> 16
+        r = pair & 0xFFFF
+        valid = (j < n_cand) & ((i + 1) * (r + 1) <= b)
+        parent_score = tl.load(pool_score + start_par + i, mask=valid, other=0.0)
+        score = parent_score + tl.load(lp_row + d * s_ll + r * s_lk, mask=valid, other=0.0)
+        key = _score_key(score)
+        valid = valid & (key < bound)
+        pos = n_valid + tl.cumsum(valid.to(tl.int32), 0) - 1
+        tl.store(cand_key + pos, key, mask=valid)
+        tl.store(cand_pk + pos, ((start_par + i) << 16) | r, mask=valid)
+        tl.store(cand_score + pos, score, mask=valid)
+        n_valid += tl.sum(valid.to(tl.int32), 0)
+        c0 += CHUNK
+    return n_valid
+
+
+@triton.jit
+def _append_level(
+    src_key, src_pk, src_score, n, depth, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
+    PCH: tl.constexpr, QCH: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr,
+):  # fmt: skip
+    """Step 3: write the n kept candidates to pool[pool_n:] in level order; returns the histogram of
+    all kept keys with theirs added."""
+    offs = tl.arange(0, PCH)
+    p0 = n * 0
+    while p0 < n:
+        pm = p0 + offs < n
+        key = tl.load(src_key + p0 + offs, mask=pm, other=_I32_MAX)
+        pk = tl.load(src_pk + p0 + offs, mask=pm, other=0)
+        slot = pool_n + _rank(key, pk, src_key, src_pk, n, PCH, QCH)
+        tl.store(pool_key + slot, key, mask=pm)
+        tl.store(pool_pk + slot, pk, mask=pm)
+        tl.store(pool_score + slot, tl.load(src_score + p0 + offs, mask=pm, other=0.0), mask=pm)
+        tl.store(pool_depth + slot, pk * 0 + depth, mask=pm)
+        hist += tl.histogram(key >> HIST_SHIFT, HIST_BINS, mask=pm)
+        p0 += PCH
+    return hist
+
+
+@triton.jit
+def _key_bound(hist, b, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr):
+    """Step 4: the smallest key that at least b kept keys beat outright (INT32_MAX if none)."""
+    cum = tl.cumsum(hist, 0)
+    crossing = tl.sum((cum < b).to(tl.int32), 0)  # first bucket where the kept count reaches b
+    return tl.where(crossing < HIST_BINS, (crossing + 1) << HIST_SHIFT, _I32_MAX)
+
+
+@triton.jit
+def _count_below(key_ptr, n, bound, PCH: tl.constexpr):
+    """How many of the n keys at key_ptr are < bound."""
+    offs = tl.arange(0, PCH)
+    count = n * 0
+    p0 = n * 0
+    while p0 < n:
+        key = tl.load(key_ptr + p0 + offs, mask=p0 + offs < n, other=_I32_MAX)
+        count += tl.sum((key < bound).to(tl.int32), 0)
+        p0 += PCH
+    return count
+
+
+@triton.jit
+def _write_tree(
+    n_nodes, inv, node_of, pool_pk, pool_score, pool_depth, ids_row, s_il, s_ik,
+    tok_out, par_out, dep_out, score_out, rank_out, width, WCH: tl.constexpr,
+):  # fmt: skip
+    """Write the N+1 columns of one request: root, the n_nodes nodes in pop order, padding."""
+    offs = tl.arange(0, WCH)
+    c0 = width * 0
+    while c0 < width:
+        col = c0 + offs
+        cm = col < width
+        real = cm & (col >= 1) & (col <= n_nodes)
+        idx = tl.load(inv + col - 1, mask=real, other=0)
+        pk = tl.load(pool_pk + idx, mask=real, other=0)
+        rank = pk & 0xFFFF
+        depth = tl.load(pool_depth + idx, mask=real, other=0)
+        parent = tl.load(node_of + (pk >> 16), mask=real, other=0)  # node_of[0] = 0: the root
+        token = tl.load(ids_row + (depth - 1) * s_il + rank * s_ik, mask=real, other=-1)
+        score = tl.load(pool_score + idx, mask=real, other=0.0)
+        root = col == 0
+        tl.store(par_out + col, tl.where(real, parent, -1).to(tl.int64), mask=cm)
+        tl.store(dep_out + col, tl.where(real, depth, tl.where(root, 0, -1)).to(tl.int64), mask=cm)
+        tl.store(score_out + col, tl.where(real, score, tl.where(root, 0.0, float("-inf"))), mask=cm)
+        tl.store(rank_out + col, tl.where(real, rank, -1).to(tl.int64), mask=cm)
+        tl.store(tok_out + col - 1, tl.where(real, token, -1), mask=cm & (col >= 1))
+        c0 += WCH
+
+
+@triton.jit(do_not_specialize=["budget", "max_depth", "n_max", "n_pairs", "pool_size"])
+def _build_kernel(
+    lp_ptr,  # [B, L, K] float32: log-probs of each depth's top-K tokens, best first
+    ids_ptr,  # [B, L, K] int64: their token ids
+    budget_ptr,  # [B] int64: per-request budgets (read when PER_REQUEST_BUDGET)
+    budget,  # int: the budget of every request (when not PER_REQUEST_BUDGET)
+    pairs_ptr,  # [n_pairs] int32: candidate pairs i << 16 | r, i-major
+    row_end_ptr,  # [n_max] int32: row_end[i] = number of pairs with parent position <= i
+    ws_int_ptr,  # [B, 2 n_pairs + 2 n_max + 4 pool_size] int32 scratch
+    ws_flt_ptr,  # [B, n_pairs + n_max + pool_size] float32 scratch
+    tok_out,  # [B, n_max] int64: node i's token at column i-1; -1 padding
+    par_out,  # [B, n_max + 1] int64: parent node index; root and padding -1
+    dep_out,  # [B, n_max + 1] int64: depth; root 0, padding -1
+    cnt_out,  # [B] int64: nodes of each tree
+    score_out,  # [B, n_max + 1] float32: path log-prob; root 0, padding -inf
+    rank_out,  # [B, n_max + 1] int64: rank of the node's token at its depth; root and padding -1
+    s_lb, s_ll, s_lk,  # strides of lp_ptr (elements)
+    s_ib, s_il, s_ik,  # strides of ids_ptr (elements)
+    max_depth,  # int: levels to build, 1 <= max_depth <= L
+    n_max,  # int: N, the largest budget (tree width N + 1)
+    n_pairs,  # int: entries of pairs_ptr
+    pool_size,  # int: 1 + max_depth * n_max, the most nodes the levels can keep (root included)
+    PER_REQUEST_BUDGET: tl.constexpr,  # budgets come from budget_ptr
+    CHUNK: tl.constexpr,  # candidates per block of the expand / select / compact passes
+    PCH: tl.constexpr,  # kept entries ranked per block
+    QCH: tl.constexpr,  # entries compared per step of a rank block (a [QCH, PCH] tile)
+    WCH: tl.constexpr,  # output columns per block
+    LOG_BINS: tl.constexpr,  # radix-selection digit bits
+    HIST_BINS: tl.constexpr,  # buckets of the kept-key histogram (2048: keys >> 20)
+    HIST_SHIFT: tl.constexpr,  # key bits below a bucket
+):  # fmt: skip
+    pid = tl.program_id(0)
+    zero = pid * 0
+    if PER_REQUEST_BUDGET:
+        b = tl.minimum(tl.load(budget_ptr + pid), n_max).to(tl.int32)
+    else:
+        b = zero + budget
+    b = tl.maximum(tl.minimum(b, n_max), 0)
+    lp_row = lp_ptr + pid * s_lb
+    ws_int = ws_int_ptr + pid * (2 * n_pairs + 2 * n_max + 4 * pool_size)
+    ws_flt = ws_flt_ptr + pid * (n_pairs + n_max + pool_size)
+    cand_key, cand_pk, cand_score = ws_int, ws_int + n_pairs, ws_flt
+    comp_key, comp_pk, comp_score = ws_int + 2 * n_pairs, ws_int + 2 * n_pairs + n_max, ws_flt + n_pairs
+    pool_key = ws_int + 2 * n_pairs + 2 * n_max
+    pool_pk, pool_depth, node_of = pool_key + pool_size, pool_key + 2 * pool_size, pool_key + 3 * pool_size
+    pool_score = ws_flt + n_pairs + n_max
+    inv = comp_pk  # free once the final nodes are ranked into node_of
+
+    tl.store(pool_score, 0.0)  # the root: pool entry 0, node 0
+    tl.store(node_of, zero)
+    tl.debug_barrier()
+
+    hist = tl.zeros([HIST_BINS], tl.int32)
+    bound = zero + _I32_MAX
+    d = zero
+    n_parents = (b > 0).to(tl.int32)
+    start_par = zero  # pool index of the parents' level
+    pool_n = zero + 1  # next free pool entry
+    while (d < max_depth) & (n_parents > 0):
+        n_cand = tl.load(row_end_ptr + n_parents - 1)
+        n_valid = _expand_level(
+            lp_row, s_ll, s_lk, pairs_ptr, n_cand, d, b, bound, start_par, pool_score,
+            cand_key, cand_pk, cand_score, CHUNK,
+        )  # fmt: skip
+        tl.debug_barrier()
+        n_kept = tl.minimum(n_valid, b)
+        if n_valid > b:
+            lower, upper, left = _select_bucket(cand_key, n_valid, b, CHUNK, LOG_BINS)
+            _compact_selected(
+                cand_key, cand_pk, cand_score, n_valid, lower, upper, left, comp_key, comp_pk, comp_score,
+                False, CHUNK,
+            )  # fmt: skip
+            tl.debug_barrier()
+            hist = _append_level(
+                comp_key, comp_pk, comp_score, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score,
+                pool_depth, hist, PCH, QCH, HIST_BINS, HIST_SHIFT,
+            )  # fmt: skip
+        else:
+            hist = _append_level(
+                cand_key, cand_pk, cand_score, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score,
+                pool_depth, hist, PCH, QCH, HIST_BINS, HIST_SHIFT,
+            )  # fmt: skip
+        tl.debug_barrier()
+        bound = _key_bound(hist, b, HIST_BINS, HIST_SHIFT)
+        n_parents = _count_below(pool_key + pool_n, n_kept, bound, PCH)
+        start_par = pool_n
+        pool_n += n_kept
+        d += 1
+
+    total = pool_n - 1
+    n_nodes = tl.minimum(total, b)
+    lower = zero + _I32_MAX
+    upper = zero + _I32_MAX
+    left = zero
+    if total > b:
+        lower, upper, left = _select_bucket(pool_key + 1, total, b, CHUNK, LOG_BINS)
+    _compact_selected(
+        pool_key + 1, pool_pk, pool_score, total, lower, upper, left, comp_key, cand_pk, comp_score,
+        True, CHUNK,
+    )  # fmt: skip
+    tl.debug_barrier()
+    offs = tl.arange(0, PCH)
+    p0 = n_nodes * 0
+    while p0 < n_nodes:
+        pm = p0 + offs < n_nodes
+        key = tl.load(comp_key + p0 + offs, mask=pm, other=_I32_MAX)
+        idx = tl.load(cand_pk + p0 + offs, mask=pm, other=0)
+        rank = _rank(key, idx, comp_key, cand_pk, n_nodes, PCH, QCH)
+        tl.store(node_of + idx, rank + 1, mask=pm)
+        tl.store(inv + rank, idx, mask=pm)
+        p0 += PCH
+    tl.debug_barrier()
+    width = n_max + 1
+    _write_tree(
+        n_nodes, inv, node_of, pool_pk, pool_score, pool_depth, ids_ptr + pid * s_ib, s_il, s_ik,
+        tok_out + pid * n_max, par_out + pid * width, dep_out + pid * width, score_out + pid * width,
+        rank_out + pid * width, width, WCH,
+    )  # fmt: skip
+    tl.store(cnt_out + pid, n_nodes.to(tl.int64))
+
+
+def build_tree_from_topk(topk: DraftTopK, budget: int | torch.Tensor, max_depth: int, max_budget: int) -> DraftTree:
+    """The DDTree trees of a batch, equal field by field to the reference heap.
+
+    budget: an int, or a LongTensor [B] on the top-K's device (clamped to [0, max_budget]).
+    Needs log-probs <= 0 sorted best first per depth (draft_topk's output). No host sync.
+    """
+    log_probs, token_ids = topk.log_probs, topk.token_ids
+    _check_inputs(log_probs, token_ids, budget, max_depth, max_budget)
+    batch, _, k = log_probs.shape
+    device = log_probs.device
+    if max_budget == 0:
+        return _empty_tree(batch, max_depth, device)
+    n = max_budget
+    pairs, row_end = _pair_table(n, k, device)
+    pool_size = 1 + max_depth * n
+    ws_int = torch.empty((batch, 2 * pairs.numel() + 2 * n + 4 * pool_size), dtype=torch.int32, device=device)
+    ws_flt = torch.empty((batch, pairs.numel() + n + pool_size), dtype=torch.float32, device=device)
+    tree = _alloc_tree(batch, n, max_depth, device)
+    per_request = isinstance(budget, torch.Tensor)
+    budgets = budget.to(device=device, dtype=torch.int64) if per_request else tree.num_nodes
+    if batch == 0:
+        return tree
+    _build_kernel[(batch,)](
+        log_probs, token_ids, budgets, 0 if per_request else int(budget), pairs, row_end, ws_int, ws_flt,
+        tree.token_ids, tree.parents, tree.depths, tree.num_nodes, tree.scores, tree.ranks,
+        *log_probs.stride(), *token_ids.stride(), max_depth, n, pairs.numel(), pool_size,
+        **_launch_config(n, pairs.numel(), per_request),
+    )  # fmt: skip
+    return tree
+
+
+def _launch_config(n: int, n_pairs: int, per_request: bool) -> dict:
+    """Block sizes (powers of two) and warps for a width-N build."""
+    pch = min(1024, max(16, triton.next_power_of_2(n)))
+    return {
+        "PER_REQUEST_BUDGET": per_request,
+        "CHUNK": min(1024, max(16, triton.next_power_of_2(n_pairs))),
+        "PCH": pch,
+        "QCH": min(pch, max(8, 8192 // pch)),
+        "WCH": min(1024, max(16, triton.next_power_of_2(n + 1))),
+        "LOG_BINS": 8,
+        "HIST_BINS": 2048,
+        "HIST_SHIFT": 20,
+        "num_warps": 4 if n <= 128 else 8,
+    }
+
+
+def _check_inputs(
+    log_probs: torch.Tensor,
+    token_ids: torch.Tensor,
+    budget: int | torch.Tensor,
+    max_depth: int,
+    max_budget: int,
+) -> None:
+    if log_probs.dim() != 3 or log_probs.dtype != torch.float32:
+        raise ValueError(f"log_probs must be float32 [B, L, K], got {log_probs.dtype} {tuple(log_probs.shape)}")
+    if token_ids.shape != log_probs.shape or token_ids.dtype != torch.int64 or token_ids.device != log_probs.device:
+        raise ValueError("token_ids must be int64 with the shape and device of log_probs")
+    if not 1 <= max_depth <= log_probs.shape[1]:
+        raise ValueError(f"max_depth must be in [1, {log_probs.shape[1]}], got {max_depth}")
+    if max_budget < 0 or 1 + max_depth * max_budget >= _PACK_LIMIT:
+        raise ValueError(f"impl='triton' needs 1 + max_depth * max_budget < {_PACK_LIMIT}, got {max_budget}")
+    if isinstance(budget, torch.Tensor) and (budget.dim() != 1 or budget.shape[0] != log_probs.shape[0]):
+        raise ValueError(f"a tensor budget must be [{log_probs.shape[0]}], got {tuple(budget.shape)}")
+
+
+_PAIR_TABLES: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _pair_table(n: int, k: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The static candidate pairs of width N and top-K width k, cached per device.
+
+    Built with device ops only, so a first call inside a CUDA-graph capture records the build in the
+    graph instead of caching a table that capture never filled.
+    """
+    key = (n, k, device)
+    if key in _PAIR_TABLES:
+        return _PAIR_TABLES[key]
+    width = min(k, n)
+    rows = torch.arange(n, device=device)
+    lengths = torch.clamp(n // (rows + 1), max=width)
+    row_end = torch.cumsum(lengths, 0)
+    size = sum(min(width, n // (i + 1)) for i in range(n))
+    j = torch.arange(size, device=device)
+    row = torch.searchsorted(row_end, j, right=True)
+    pairs = (row << 16) | (j - row_end[row] + lengths[row])
+    table = (pairs.to(torch.int32), row_end.to(torch.int32))
+    if not (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        _PAIR_TABLES[key] = table
+    return table
+
+
+def _alloc_tree(batch: int, n: int, max_depth: int, device: torch.device) -> DraftTree:
+    def empty(width: int, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        return torch.empty((batch, width), dtype=dtype, device=device)
+
+    return DraftTree(
+        token_ids=empty(n),
+        parents=empty(n + 1),
+        depths=empty(n + 1),
+        num_nodes=torch.empty(batch, dtype=torch.int64, device=device),
+        scores=empty(n + 1, torch.float32),
+        ranks=empty(n + 1),
+        max_depth=max_depth,
+    )
+
+
+def _empty_tree(batch: int, max_depth: int, device: torch.device) -> DraftTree:
+    """Trees of width N = 0: the root column only."""
+
+    def full(width: int, fill: float, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        return torch.full((batch, width), fill, dtype=dtype, device=device)
+
+    return DraftTree(
+        token_ids=full(0, -1),
+        parents=full(1, -1),
+        depths=full(1, 0),
+        num_nodes=torch.zeros(batch, dtype=torch.int64, device=device),
+        scores=full(1, 0.0, torch.float32),
+        ranks=full(1, -1),
+        max_depth=max_depth,
+    )

@@ -1,0 +1,120 @@
+"""Triton twin of `mask.ancestor_mask` and `encoding.positions`, fused: the verify-step layout of a
+batch of trees written straight from parents and depths.
+
+mask[b, i, j] = node j is node i or one of its ancestors (padding rows see only themselves), and
+positions[b, i] = root_positions[b] + depth[b, i] (padding: the root's position). For the tree.py
+worked example (root at position p):
+
+    root ─┬─ a ─┬─ c        j:  0 1 2 3 4      positions
+          │     └─ d    i=0 root 1 . . . .      p
+          └─ b          i=1 a    1 1 . . .      p+1
+                        i=2 c    1 1 1 . .      p+2
+                        i=3 d    1 1 . 1 .      p+2
+                        i=4 b    1 . . . 1      p+1
+
+One program writes ROWS full rows of one request's mask. It loads the request's parents once and
+gathers the root paths of its rows in registers (at most max_depth steps, stopping once every path
+has reached the root); then column c of row r is set iff c is r's ancestor at distance
+depth(r) - depth(c), one gather per mask element. The mask is the only large output (B * (N+1)^2
+bytes), written once, COLS columns at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from ddtree_core.encoding import TreeShape
+
+
+@dataclass(frozen=True)
+class TreeMask:
+    """What a verify forward needs from the trees besides their tokens."""
+
+    mask: torch.Tensor  # [B, N+1, N+1] bool, mask[b, i, j]: node j is node i or an ancestor of it
+    positions: torch.Tensor  # [B, N+1] int64, root_positions[b] + depth; padding -> root_positions[b]
+
+
+@triton.jit(do_not_specialize=["width", "max_depth"])
+def _mask_kernel(
+    par_ptr,  # [B, W] int64: parent node index; root and padding -1
+    dep_ptr,  # [B, W] int64: depth; root 0, padding -1
+    root_ptr,  # [B] int64: position of each root (read when WITH_POSITIONS)
+    mask_out,  # [B, W, W] uint8 (the bytes of a bool tensor)
+    pos_out,  # [B, W] int64: positions (written when WITH_POSITIONS)
+    s_pb, s_db,  # row strides of par_ptr and dep_ptr (elements)
+    width,  # int: W = N + 1 nodes per tree
+    max_depth,  # int: the trees' depth limit (bounds every root path)
+    W_PAD: tl.constexpr,  # next power of two >= W: one request's parents fit in registers
+    ROWS: tl.constexpr,  # mask rows (nodes) per program
+    COLS: tl.constexpr,  # mask columns per store
+    CHAIN: tl.constexpr,  # next power of two >= max_depth + 1: the longest root path
+    WITH_POSITIONS: tl.constexpr,  # also write positions
+):  # fmt: skip
+    pid_b = tl.program_id(0)
+    rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < width
+    every = tl.arange(0, W_PAD)
+    parents = tl.load(par_ptr + pid_b * s_pb + every, mask=every < width, other=-1).to(tl.int32)
+    # path[r, s]: the ancestor of row r at distance s (-1 past the root), by in-register gathers
+    step = tl.arange(0, CHAIN)
+    ancestor = tl.where(row_ok, rows, -1)
+    path = tl.where(step[None, :] == 0, ancestor[:, None], -1)
+    distance = pid_b * 0
+    climbing = (max_depth > 0) & (tl.max(ancestor, 0) >= 0)
+    while climbing:
+        ancestor = tl.where(ancestor >= 0, tl.gather(parents, tl.maximum(ancestor, 0), 0), -1)
+        distance += 1
+        path = tl.where(step[None, :] == distance, ancestor[:, None], path)
+        climbing = (distance < max_depth) & (tl.max(ancestor, 0) >= 0)
+    # column c (depth dc) is seen from row r (depth dr) iff it is r's ancestor at distance dr - dc
+    row_depth = tl.maximum(tl.load(dep_ptr + pid_b * s_db + rows, mask=row_ok, other=0), 0).to(tl.int32)
+    base = mask_out + (pid_b * width + rows[:, None]).to(tl.int64) * width
+    c0 = distance * 0
+    while c0 < width:
+        cols = c0 + tl.arange(0, COLS)
+        col_ok = cols < width
+        col_depth = tl.maximum(tl.load(dep_ptr + pid_b * s_db + cols, mask=col_ok, other=0), 0).to(tl.int32)
+        up = row_depth[:, None] - col_depth[None, :]
+        at_depth = tl.gather(path, tl.minimum(tl.maximum(up, 0), CHAIN - 1), 1)
+        seen = (up >= 0) & (at_depth == cols[None, :])
+        tl.store(base + cols[None, :], seen.to(tl.uint8), mask=row_ok[:, None] & col_ok[None, :])
+        c0 += COLS
+    if WITH_POSITIONS:
+        position = tl.load(root_ptr + pid_b) + row_depth
+        tl.store(pos_out + pid_b * width + rows, position, mask=row_ok)
+
+
+def tree_mask(tree: TreeShape, root_positions: torch.Tensor) -> TreeMask:
+    """The ancestor mask and the verify positions of every node, in one launch; root_positions [B]."""
+    if root_positions.shape != (tree.parents.shape[0],):
+        raise ValueError(f"root_positions must be [{tree.parents.shape[0]}], got {tuple(root_positions.shape)}")
+    return _launch(tree, root_positions.to(device=tree.parents.device, dtype=torch.int64))
+
+
+def ancestor_mask(tree: TreeShape) -> torch.Tensor:
+    """mask[b, i, j] = node j is node i or an ancestor of it; [B, N+1, N+1] bool."""
+    return _launch(tree, None).mask
+
+
+def _launch(tree: TreeShape, root_positions: torch.Tensor | None) -> TreeMask:
+    parents, depths = tree.parents.contiguous(), tree.depths.contiguous()
+    batch, width = parents.shape
+    device = parents.device
+    mask = torch.empty((batch, width, width), dtype=torch.bool, device=device)
+    positions = torch.empty((batch, width), dtype=torch.int64, device=device)
+    w_pad = triton.next_power_of_2(width)
+    cols = min(256, max(16, w_pad))
+    rows = min(32, w_pad)
+    grid = (batch, triton.cdiv(width, rows))
+    if batch > 0:
+        _mask_kernel[grid](
+            parents, depths, positions if root_positions is None else root_positions, mask.view(torch.uint8),
+            positions, parents.stride(0), depths.stride(0), width, tree.max_depth,
+            W_PAD=w_pad, ROWS=rows, COLS=cols, CHAIN=triton.next_power_of_2(tree.max_depth + 1),
+            WITH_POSITIONS=root_positions is not None, num_warps=4,
+        )  # fmt: skip
+    return TreeMask(mask=mask, positions=positions)

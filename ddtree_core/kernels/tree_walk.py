@@ -1,0 +1,82 @@
+"""Triton twin of `verify.follow_tree`: one program walks one request's tree.
+
+A node c is a step the target agrees with when token[c] == target_tokens[parent[c]]; children of one
+node carry distinct tokens, so each node has at most one such child. The program loads the request's
+parents, tokens and the target's token at every node's parent once, marks the agreeing nodes, then
+walks from the root: each step is one min-reduction over the row (the agreeing child of the current
+node), at most max_depth steps.
+
+    root ─┬─ a ─┬─ c      target_tokens = [a, c, x, x, x]  (x: no child matches)
+          │     └─ d      agree          = [., a✓, c✓, d✗, b✗]
+          └─ b            walk root -> a -> c; accepted [0, 1, 2], accept_len 3, bonus x
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ddtree_core.tree import DraftTree
+from ddtree_core.verify import TreeWalk
+
+
+@triton.jit(do_not_specialize=["width", "max_depth"])
+def _walk_kernel(
+    par_ptr,  # [B, W] int64: parent node index; root and padding -1
+    tok_ptr,  # [B, W-1] int64: node c's token at column c-1; -1 padding
+    tgt_ptr,  # [B, W] int64: the target's token at every node
+    acc_out,  # [B, D+1] int64: accepted node indices, root first; -1 padding
+    len_out,  # [B] int64: accepted nodes including the root
+    bonus_out,  # [B] int64: the target's token at the last accepted node
+    s_pb, s_kb, s_gb,  # row strides of par_ptr, tok_ptr, tgt_ptr (elements)
+    width,  # int: W = N + 1 nodes per tree
+    max_depth,  # int: D, the trees' depth limit
+    W_PAD: tl.constexpr,  # next power of two >= W
+    D_PAD: tl.constexpr,  # next power of two >= D + 1
+):  # fmt: skip
+    pid = tl.program_id(0)
+    col = tl.arange(0, W_PAD)
+    parents = tl.load(par_ptr + pid * s_pb + col, mask=col < width, other=-1)
+    real = (col >= 1) & (parents >= 0)
+    tokens = tl.load(tok_ptr + pid * s_kb + col - 1, mask=real, other=-1)
+    chosen_at_parent = tl.load(tgt_ptr + pid * s_gb + parents, mask=real, other=-1)
+    agree = real & (tokens == chosen_at_parent)
+
+    slot = tl.arange(0, D_PAD)
+    accepted = tl.where(slot == 0, 0, -1)
+    current = pid * 0
+    n_accepted = current + 1
+    walking = max_depth > 0
+    while walking:
+        child = tl.min(tl.where(agree & (parents == current), col, W_PAD), 0)
+        found = child < W_PAD
+        accepted = tl.where((slot == n_accepted) & found, child, accepted)
+        current = tl.where(found, child, current)
+        n_accepted += found.to(tl.int32)
+        walking = found & (n_accepted <= max_depth)
+    tl.store(acc_out + pid * (max_depth + 1) + slot, accepted.to(tl.int64), mask=slot <= max_depth)
+    tl.store(len_out + pid, n_accepted.to(tl.int64))
+    tl.store(bonus_out + pid, tl.load(tgt_ptr + pid * s_gb + current))
+
+
+def follow_tree(tree: DraftTree, target_tokens: torch.Tensor) -> TreeWalk:
+    """Walk each tree along the target's tokens; target_tokens: [B, N+1] int64. No host sync."""
+    parents, tokens = tree.parents.contiguous(), tree.token_ids.contiguous()
+    if target_tokens.shape != parents.shape:
+        raise ValueError(f"target_tokens must be [B, N+1] = {tuple(parents.shape)}, got {tuple(target_tokens.shape)}")
+    target = target_tokens.to(torch.int64).contiguous()
+    batch, width = parents.shape
+    depth = tree.max_depth
+    device = parents.device
+    accepted = torch.empty((batch, depth + 1), dtype=torch.int64, device=device)
+    accept_lens = torch.empty(batch, dtype=torch.int64, device=device)
+    bonus = torch.empty(batch, dtype=torch.int64, device=device)
+    if batch > 0:
+        w_pad = triton.next_power_of_2(width)
+        _walk_kernel[(batch,)](
+            parents, tokens, target, accepted, accept_lens, bonus,
+            parents.stride(0), tokens.stride(0), target.stride(0), width, depth,
+            W_PAD=w_pad, D_PAD=triton.next_power_of_2(depth + 1), num_warps=4 if w_pad >= 512 else 1,
+        )  # fmt: skip
+    return TreeWalk(accepted=accepted, accept_lens=accept_lens, bonus=bonus)

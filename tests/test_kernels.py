@@ -1,0 +1,246 @@
+"""The Triton kernels against their references, field by field, bit for bit.
+
+On a machine without CUDA the kernels run under the Triton interpreter (TRITON_INTERPRET=1, set by
+conftest.py before any kernel module is imported); cases too slow for it are marked slow.
+"""
+
+import dataclasses
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from ddtree_core import encoding, mask, verify  # noqa: E402
+from ddtree_core.tree import DraftTopK, build_tree, build_tree_from_topk, draft_topk  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def assert_same(out, ref):
+    for field in dataclasses.fields(ref):
+        x, y = getattr(out, field.name), getattr(ref, field.name)
+        if isinstance(y, torch.Tensor):
+            assert x.dtype == y.dtype and x.shape == y.shape, (field.name, x.dtype, x.shape, y.dtype, y.shape)
+            # floats compare by bit pattern: -0.0 differs from 0.0, and NaN matches only itself
+            same = torch.eq(x.view(torch.int32), y.view(torch.int32)) if x.is_floating_point() else torch.eq(x, y)
+            where = (~same).nonzero()[:5].tolist()
+            assert bool(same.all()), f"{field.name} differs at {where}: {x[~same][:5]} vs {y[~same][:5]}"
+        else:
+            assert x == y, field.name
+
+
+def make_logits(kind: str, batch: int, length: int, vocab: int, generator: torch.Generator) -> torch.Tensor:
+    """Draft logits of one flavour: plain, bf16-rounded (many ties), integer (exact ties), with -inf."""
+    logits = torch.randn(batch, length, vocab, generator=generator)
+    if kind == "bf16":
+        return (logits * 4).bfloat16().float()
+    if kind == "ties":
+        return torch.randint(-3, 1, (batch, length, vocab), generator=generator).float()
+    if kind == "inf":
+        logits[torch.rand(batch, length, vocab, generator=generator) < 0.5] = float("-inf")
+        logits[..., 0] = 0.0  # every row keeps a finite logit
+        return logits
+    if kind == "peaked":
+        logits[..., :2] += 8.0  # deep, narrow trees
+        return logits
+    return logits
+
+
+def reference_and_triton(topk: DraftTopK, budget, max_depth=None, max_budget=None):
+    ref = build_tree_from_topk(topk, budget, max_depth=max_depth, max_budget=max_budget, impl="reference")
+    out = build_tree_from_topk(topk, budget, max_depth=max_depth, max_budget=max_budget, impl="triton")
+    return out, ref
+
+
+def test_worked_example_from_tree_docstring():
+    log_probs = torch.tensor([[[-0.1, -2.5], [-0.2, -1.9]]], device=DEVICE)
+    token_ids = torch.tensor([[[10, 11], [20, 21]]], device=DEVICE)  # a b | c d
+    tree = build_tree_from_topk(DraftTopK(log_probs, token_ids), 4, impl="triton")
+    assert tree.token_ids.tolist() == [[10, 20, 21, 11]]  # a, c, d, b
+    assert tree.parents.tolist() == [[-1, 0, 1, 1, 0]]
+    assert tree.depths.tolist() == [[0, 1, 2, 2, 1]]
+    assert tree.ranks.tolist() == [[-1, 0, 0, 1, 1]]
+    assert tree.num_nodes.tolist() == [4]
+    expected = torch.tensor([0.0, -0.1, -0.1, -0.1, -2.5]) + torch.tensor([0.0, 0.0, -0.2, -1.9, 0.0])
+    assert torch.equal(tree.scores.cpu().view(torch.int32), expected.unsqueeze(0).view(torch.int32))
+
+
+CASES = [
+    # kind, batch, length, vocab, budgets, max_depth
+    ("randn", 1, 1, 2, [1], 1),
+    ("randn", 1, 2, 2, [2], 2),
+    ("bf16", 2, 16, 50, [7, 3], 16),
+    ("ties", 3, 8, 40, [15, 0, 15], 8),
+    ("inf", 2, 5, 30, [16, 9], 5),
+    ("peaked", 2, 16, 100, [64, 17], 16),
+    ("bf16", 4, 16, 1000, [64, 1, 0, 33], 12),
+    ("ties", 1, 16, 300, [255], 16),
+    ("bf16", 1, 16, 32000, [255], 16),
+    ("randn", 1, 16, 152064, [16], 16),
+]
+SLOW_CASES = [
+    ("bf16", 1, 16, 2000, [1024], 16),
+    ("peaked", 2, 16, 3000, [1024, 700], 16),
+    ("ties", 1, 16, 1500, [1024], 16),
+    ("bf16", 2, 16, 152064, [1024, 256], 16),
+    ("inf", 3, 16, 5000, [256, 255, 1], 16),
+]
+
+
+def _case_id(case):
+    kind, batch, length, vocab, budgets, depth = case
+    return f"{kind}-b{batch}-L{length}-V{vocab}-N{max(budgets)}-D{depth}"
+
+
+@pytest.mark.parametrize("case", CASES + [pytest.param(c, marks=pytest.mark.slow) for c in SLOW_CASES], ids=_case_id)
+def test_build_equals_reference(case):
+    kind, batch, length, vocab, budgets, max_depth = case
+    generator = torch.Generator().manual_seed(len(budgets) * 1000 + vocab)
+    logits = make_logits(kind, batch, length, vocab, generator).to(DEVICE)
+    topk = draft_topk(logits, max(1, min(max(budgets), vocab)), impl="reference")
+    out, ref = reference_and_triton(topk, torch.tensor(budgets, device=DEVICE), max_depth=max_depth)
+    assert_same(out, ref)
+
+
+def test_build_random_small_trees():
+    """Many small random trees, every logit flavour, K above and below the budget."""
+    rng = random.Random(0)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(25):
+        batch, length, vocab = (
+            rng.choice([1, 2, 3]),
+            rng.choice([1, 2, 3, 5, 16]),
+            rng.choice([2, 3, 5, 16, 40]),
+        )
+        max_budget = rng.choice([1, 2, 3, 7, 15, 16, 33, 64])
+        kind = rng.choice(["randn", "bf16", "ties", "inf", "peaked"])
+        logits = make_logits(kind, batch, length, vocab, generator).to(DEVICE)
+        k = rng.randint(1, vocab) if rng.random() < 0.3 else max(1, min(max_budget, vocab))
+        budgets = torch.tensor([rng.randint(0, max_budget) for _ in range(batch)], device=DEVICE)
+        budgets[rng.randrange(batch)] = max_budget
+        depth = rng.randint(1, length)
+        topk = draft_topk(logits, k, impl="reference")
+        out, ref = reference_and_triton(topk, budgets, max_depth=depth, max_budget=max_budget)
+        assert_same(out, ref)
+
+
+def test_int_budget_and_clamped_tensor_budget():
+    generator = torch.Generator().manual_seed(1)
+    topk = draft_topk(make_logits("bf16", 3, 6, 60, generator).to(DEVICE), 20, impl="reference")
+    assert_same(*reference_and_triton(topk, 20))
+    budgets = torch.tensor([50, 3, 0], device=DEVICE)  # 50 is clamped to max_budget
+    assert_same(*reference_and_triton(topk, budgets, max_budget=20))
+
+
+def test_zero_width_and_empty_batch():
+    generator = torch.Generator().manual_seed(2)
+    topk = draft_topk(make_logits("randn", 2, 4, 10, generator).to(DEVICE), 3, impl="reference")
+    assert_same(*reference_and_triton(topk, 0))
+    assert_same(*reference_and_triton(topk, torch.zeros(2, dtype=torch.int64, device=DEVICE), max_budget=5))
+    empty = DraftTopK(topk.log_probs[:0], topk.token_ids[:0])
+    assert_same(*reference_and_triton(empty, torch.zeros(0, dtype=torch.int64, device=DEVICE), max_budget=5))
+
+
+def test_build_tree_dispatch_reaches_the_kernel():
+    generator = torch.Generator().manual_seed(3)
+    logits = make_logits("bf16", 2, 16, 500, generator).to(DEVICE)
+    assert_same(build_tree(logits, 48, impl="triton"), build_tree(logits, 48, impl="reference"))
+
+
+def test_build_rejects_bad_inputs():
+    from ddtree_core.kernels import tree_build
+
+    log_probs = torch.zeros(1, 2, 3, device=DEVICE)
+    ids = torch.zeros(1, 2, 3, dtype=torch.int64, device=DEVICE)
+    with pytest.raises(ValueError, match="float32"):
+        tree_build.build_tree_from_topk(DraftTopK(log_probs.double(), ids), 2, 2, 2)
+    with pytest.raises(ValueError, match="int64"):
+        tree_build.build_tree_from_topk(DraftTopK(log_probs, ids.int()), 2, 2, 2)
+    with pytest.raises(ValueError, match="max_depth"):
+        tree_build.build_tree_from_topk(DraftTopK(log_probs, ids), 2, 3, 2)
+    with pytest.raises(ValueError, match="max_budget"):
+        tree_build.build_tree_from_topk(DraftTopK(log_probs, ids), 2, 2, 1 << 15)
+
+
+def _walkable_target(tree, vocab: int, follow: float, generator: torch.Generator) -> torch.Tensor:
+    """Random target tokens where, with probability `follow`, a node's token is one of its children's."""
+    target = torch.randint(0, vocab, tree.parents.shape, generator=generator)
+    parents, tokens = tree.parents.cpu(), tree.node_token_ids().cpu()
+    for b in range(parents.shape[0]):
+        for node in range(parents.shape[1] - 1, 0, -1):
+            if parents[b, node] >= 0 and torch.rand(1, generator=generator).item() < follow:
+                target[b, parents[b, node]] = tokens[b, node]
+    return target.to(tree.parents.device)
+
+
+@pytest.mark.parametrize("budgets, vocab", [([4], 2), ([64, 10, 0], 50), ([300, 1], 1000), ([255, 255], 3)])
+def test_walk_equals_reference(budgets, vocab):
+    generator = torch.Generator().manual_seed(sum(budgets))
+    logits = make_logits("bf16", len(budgets), 16, vocab, generator).to(DEVICE)
+    tree = build_tree(logits, torch.tensor(budgets, device=DEVICE), impl="reference")
+    for follow in (0.0, 0.5, 0.9, 1.0):
+        target = _walkable_target(tree, vocab, follow, generator)
+        out = verify.follow_tree(tree, target, impl="triton")
+        assert_same(out, verify.follow_tree(tree, target, impl="reference"))
+
+
+def test_walk_worked_example():
+    log_probs = torch.tensor([[[-0.1, -2.5], [-0.2, -1.9]]], device=DEVICE)
+    token_ids = torch.tensor([[[10, 11], [20, 21]]], device=DEVICE)  # a b | c d
+    tree = build_tree_from_topk(DraftTopK(log_probs, token_ids), 4, impl="reference")
+    target = torch.tensor([[10, 20, 7, 7, 7]], device=DEVICE)  # root -> a -> c, then 7 matches nothing
+    walk = verify.follow_tree(tree, target, impl="triton")
+    assert walk.accepted.tolist() == [[0, 1, 2]]
+    assert walk.accept_lens.tolist() == [3]
+    assert walk.bonus.tolist() == [7]
+
+
+def test_mask_worked_example():
+    from ddtree_core.kernels import tree_mask
+
+    log_probs = torch.tensor([[[-0.1, -2.5], [-0.2, -1.9]]], device=DEVICE)
+    token_ids = torch.tensor([[[10, 11], [20, 21]]], device=DEVICE)
+    tree = build_tree_from_topk(DraftTopK(log_probs, token_ids), 4, impl="reference")
+    out = tree_mask.tree_mask(tree, torch.tensor([100], device=DEVICE))
+    expected = [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 0, 1, 0], [1, 0, 0, 0, 1]]
+    assert out.mask.int().tolist() == [expected]
+    assert out.positions.tolist() == [[100, 101, 102, 102, 101]]
+
+
+@pytest.mark.parametrize(
+    "budgets, max_depth",
+    [([1], 1), ([7, 0, 3], 4), ([64, 17], 16), pytest.param([1024, 300], 16, marks=pytest.mark.slow)],
+)
+def test_mask_equals_reference(budgets, max_depth):
+    from ddtree_core.kernels import tree_mask
+
+    generator = torch.Generator().manual_seed(max_depth)
+    logits = make_logits("peaked", len(budgets), max_depth, 200, generator).to(DEVICE)
+    tree = build_tree(logits, torch.tensor(budgets, device=DEVICE), impl="reference")
+    roots = torch.randint(0, 4096, (len(budgets),), generator=generator).to(DEVICE)
+    out = tree_mask.tree_mask(tree, roots)
+    assert torch.equal(out.mask, mask.ancestor_mask(tree, impl="reference"))
+    assert torch.equal(out.positions, encoding.positions(tree, roots))
+    assert torch.equal(tree_mask.ancestor_mask(tree), out.mask)
+
+
+def test_kernel_bench_smoke(tmp_path):
+    import csv
+    import json
+
+    from ddbench import kernel_bench
+
+    config = kernel_bench.smoke_config(DEVICE, seed=0)
+    results = kernel_bench.run(config, tmp_path, echo=lambda line: None)
+    rows = list(csv.DictReader(open(tmp_path / "cells.csv")))
+    assert len(rows) == len(results) == len(config.batches) * len(config.budgets) * len(config.vocabs) * 3
+    assert [r.note for r in results if r.note] == []
+    for cell in {(r.batch, r.budget, r.vocab) for r in results}:
+        sizes = {r.mean_nodes for r in results if (r.batch, r.budget, r.vocab) == cell}
+        assert len(sizes) == 1, (cell, sizes)  # every impl built the same trees
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["environment"]["packages"]["torch"] and len(record["cells"]) == len(rows)
+    if DEVICE == "cuda":
+        assert all(r.graph_captured and r.sync_free for r in results if r.impl != "reference")
