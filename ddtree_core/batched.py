@@ -32,27 +32,28 @@ _INVALID = torch.iinfo(torch.int64).max
 
 
 def draft_topk(logits: torch.Tensor, k: int, draft_temperature: float) -> DraftTopK:
-    """Top-k log-probs per row with ties broken by smaller token id, exactly as the host reference.
+    """Top-k scaled logits per row with ties broken by smaller token id, exactly as the host reference.
 
     torch.topk leaves the order of equal values unspecified, so the tied values at the k-th place are
     re-chosen by token id (one extra pass over the vocabulary) and the k winners are sorted stably.
     """
     vocab = logits.shape[-1]
-    log_probs = torch.log_softmax(logits.float() / draft_temperature, dim=-1)
-    values, ids = log_probs.topk(k, dim=-1)
+    scaled = logits.float() / draft_temperature
+    values, ids = scaled.topk(k, dim=-1)
     kth = values[..., -1:]
     num_above = (values > kth).sum(dim=-1, keepdim=True)
     reversed_ids = vocab - torch.arange(vocab, device=logits.device, dtype=torch.int32)
-    tied_keys = torch.where(log_probs == kth, reversed_ids, 0).topk(k, dim=-1).values
+    tied_keys = torch.where(scaled == kth, reversed_ids, 0).topk(k, dim=-1).values
     # Tied token ids, ascending; the clamp keeps rows without a finite logit (NaN) in bounds.
     tied_ids = (vocab - tied_keys).clamp(max=vocab - 1).to(torch.int64)
     slot = torch.arange(k, device=logits.device)
     tied = tied_ids.gather(-1, (slot - num_above).clamp(min=0))
     ids = torch.where(slot < num_above, ids, tied)
     ids = ids.sort(dim=-1, stable=True).values
-    values = log_probs.gather(-1, ids)
+    values = scaled.gather(-1, ids)
     order = values.sort(dim=-1, descending=True, stable=True).indices
-    return DraftTopK(log_probs=values.gather(-1, order), token_ids=ids.gather(-1, order))
+    log_probs = values.gather(-1, order) - torch.logsumexp(scaled, dim=-1, keepdim=True)
+    return DraftTopK(log_probs=log_probs, token_ids=ids.gather(-1, order))
 
 
 def build_tree_from_topk(topk: DraftTopK, budget: int | torch.Tensor, max_depth: int, max_budget: int) -> DraftTree:

@@ -14,8 +14,11 @@ Worked example, K = 2, L = 2, budget 4, log-probs per depth  a -0.1  b -2.5 | c 
           └─ b (-2.5)                     parents   [-1, 0, 1, 1, 0]   depths [0, 1, 2, 2, 1]
 
 Scores are float32, accumulated root-down: score(child) = score(parent) + log_prob(depth, rank).
-Ties, so that every implementation emits the same tree:
-  - top-K lists: equal log-probs rank the smaller token id first;
+The top-K list of a position ranks tokens by logit / draft_temperature, equal values smaller token id
+first; its log-probs are those scaled logits minus their logsumexp (float32). Every implementation gives
+the same token ids; the log-probs agree to float rounding of the logsumexp (bit for bit between the host
+reference and the torch path, which compute it with the same torch call on the same device).
+Ties, so that every implementation emits the same tree from the same top-K lists:
   - nodes: higher score first; equal scores pop the shallower node first, then (same depth) the node
     whose parent popped earlier, then (same parent) the lower rank.
 The liranringel heap breaks equal scores by the rank path alone and sums in float64; the two orders
@@ -40,7 +43,7 @@ TRITON_NODE_LIMIT = 1 << 15  # the Triton build packs node indices in 15 bits: 1
 class DraftTopK:
     """The drafter's top-K tokens per block position, sorted best first (ties: smaller id first)."""
 
-    log_probs: torch.Tensor  # [B, L, K] float32, log-softmax of logits / draft_temperature
+    log_probs: torch.Tensor  # [B, L, K] float32, logits / draft_temperature minus their logsumexp
     token_ids: torch.Tensor  # [B, L, K] int64
 
 
@@ -177,16 +180,16 @@ def _as_batched(draft_logits: torch.Tensor) -> torch.Tensor:
 
 
 def _topk_reference(logits: torch.Tensor, k: int, draft_temperature: float) -> DraftTopK:
-    """Stable descending sort on the host: equal log-probs keep ascending token id order.
+    """Stable descending sort on the host: equal scaled logits keep ascending token id order.
 
-    The log-softmax runs on the logits' device, as in the batched paths, so that all paths rank the
-    very same float32 values.
+    The scaling and the logsumexp run on the logits' device with the same calls as the batched path, so
+    that both produce the very same float32 values.
     """
-    log_probs = torch.log_softmax(logits.detach().float() / draft_temperature, dim=-1).cpu()
-    order = np.argsort(-log_probs.numpy(), axis=-1, kind="stable")[..., :k]
-    ids = torch.from_numpy(np.ascontiguousarray(order)).to(torch.int64)
-    top = torch.gather(log_probs, -1, ids)
-    return DraftTopK(log_probs=top.to(logits.device), token_ids=ids.to(logits.device))
+    scaled = logits.detach().float() / draft_temperature
+    order = np.argsort(-scaled.cpu().numpy(), axis=-1, kind="stable")[..., :k]
+    ids = torch.from_numpy(np.ascontiguousarray(order)).to(device=logits.device, dtype=torch.int64)
+    log_probs = scaled.gather(-1, ids) - torch.logsumexp(scaled, dim=-1, keepdim=True)
+    return DraftTopK(log_probs=log_probs, token_ids=ids)
 
 
 def _build_reference(topk: DraftTopK, budget: int | torch.Tensor, max_depth: int, max_budget: int) -> DraftTree:
