@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 import torch
+from trees import CASES, IMPLS, TENSOR_FIELDS, needs_cuda, random_tree, replay_in_cuda_graph, worked_example_tree
 
-from ddtree_core import DraftTopK, build_tree, build_tree_from_topk
 from ddtree_core.encoding import (
     RetriveArrays,
     from_paths,
@@ -15,43 +15,6 @@ from ddtree_core.encoding import (
     to_retrive,
 )
 from ddtree_core.verify import follow_tree
-
-IMPLS = ["reference", "torch"]
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-TENSOR_FIELDS = ("token_ids", "parents", "depths", "num_nodes", "scores", "ranks")
-CASES = [
-    pytest.param(budget, depth, id=f"n{budget}-d{depth}")
-    for budget, depth in [
-        (1, 1),
-        (1, 16),
-        (2, 3),
-        (5, 2),
-        (8, 8),
-        (16, 4),
-        (33, 16),
-        (64, 6),
-        (256, 1),
-        (256, 16),
-    ]
-] + [pytest.param([0, 7, 256, 40], 16, id="mixed-d16"), pytest.param([3, 1, 12], 5, id="mixed-d5")]
-
-
-def worked_example_tree():
-    # root ─┬─ 10 ─┬─ 12        nodes: 1=10, 2=12, 3=13, 4=11
-    #       │      └─ 13
-    #       └─ 11
-    topk = DraftTopK(torch.tensor([[[-0.1, -2.5], [-0.2, -1.9]]]), torch.tensor([[[10, 11], [12, 13]]]))
-    return build_tree_from_topk(topk, 4, impl="reference")
-
-
-def random_tree(budget, depth, seed=0, vocab=300):
-    batch = len(budget) if isinstance(budget, list) else 3
-    generator = torch.Generator().manual_seed(seed)
-    scale = torch.linspace(1.0, 8.0, batch).view(-1, 1, 1)  # sharper rows give deeper trees
-    logits = torch.randn(batch, depth, vocab, generator=generator) * scale
-    budget = torch.tensor(budget) if isinstance(budget, list) else budget
-    return build_tree(logits, budget, impl="reference")
-
 
 # Two requests padded to W = 6: the worked example (4 nodes) and a chain root ─ x ─ y (2 nodes).
 PADDED_PATHS = [[(), (0,), (0, 0), (0, 1), (1,)], [(), (0,), (0, 0)]]
@@ -228,26 +191,6 @@ def test_torch_path_needs_no_host_values():
     arrays = to_retrive(tree, impl="torch")
     assert arrays.retrive_next_token.shape == arrays.retrive_next_sibling.shape == (2, 6)
     assert positions(tree, torch.empty(2, dtype=torch.int64, device="meta")).shape == (2, 6)
-
-
-def replay_in_cuda_graph(fn):
-    """Run `fn` eagerly with host syncs forbidden, capture it in a CUDA graph, replay, return its outputs."""
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        with torch.cuda.stream(stream):
-            fn()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    return out
 
 
 @pytest.mark.gpu

@@ -1,9 +1,8 @@
 """The batched torch path on a CUDA device: equal to the reference, capturable, free of host syncs."""
 
-import dataclasses
-
 import pytest
 import torch
+from trees import assert_same
 
 from ddtree_core import build_tree, build_tree_from_topk, draft_topk
 from ddtree_core.verify import follow_tree
@@ -12,12 +11,6 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
-
-
-def assert_same(a, b):
-    for field in dataclasses.fields(a):
-        x, y = getattr(a, field.name), getattr(b, field.name)
-        assert torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y, field.name
 
 
 @pytest.mark.parametrize("impl", ["torch", "triton"])

@@ -4,7 +4,6 @@ On a machine without CUDA the kernels run under the Triton interpreter (TRITON_I
 conftest.py before any kernel module is imported); cases too slow for it are marked slow.
 """
 
-import dataclasses
 import random
 
 import pytest
@@ -12,23 +11,12 @@ import torch
 
 pytest.importorskip("triton")
 
+from trees import assert_same
+
 from ddtree_core import encoding, mask, verify  # noqa: E402
 from ddtree_core.tree import DraftTopK, build_tree, build_tree_from_topk, draft_topk  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def assert_same(out, ref):
-    for field in dataclasses.fields(ref):
-        x, y = getattr(out, field.name), getattr(ref, field.name)
-        if isinstance(y, torch.Tensor):
-            assert x.dtype == y.dtype and x.shape == y.shape, (field.name, x.dtype, x.shape, y.dtype, y.shape)
-            # floats compare by bit pattern: -0.0 differs from 0.0, and NaN matches only itself
-            same = torch.eq(x.view(torch.int32), y.view(torch.int32)) if x.is_floating_point() else torch.eq(x, y)
-            where = (~same).nonzero()[:5].tolist()
-            assert bool(same.all()), f"{field.name} differs at {where}: {x[~same][:5]} vs {y[~same][:5]}"
-        else:
-            assert x == y, field.name
 
 
 def make_logits(kind: str, batch: int, length: int, vocab: int, generator: torch.Generator) -> torch.Tensor:

@@ -2,36 +2,9 @@
 
 import pytest
 import torch
+from trees import CASES, IMPLS, needs_cuda, random_tree, replay_in_cuda_graph
 
-from ddtree_core import build_tree
 from ddtree_core.kv import KVCompactionPlan, apply_plan, compaction_plan
-
-IMPLS = ["reference", "torch"]
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-CASES = [
-    pytest.param(budget, depth, id=f"n{budget}-d{depth}")
-    for budget, depth in [
-        (1, 1),
-        (1, 16),
-        (2, 3),
-        (5, 2),
-        (8, 8),
-        (16, 4),
-        (33, 16),
-        (64, 6),
-        (256, 1),
-        (256, 16),
-    ]
-] + [pytest.param([0, 7, 256, 40], 16, id="mixed-d16"), pytest.param([3, 1, 12], 5, id="mixed-d5")]
-
-
-def random_tree(budget, depth, seed=0, vocab=300):
-    batch = len(budget) if isinstance(budget, list) else 3
-    generator = torch.Generator().manual_seed(seed)
-    scale = torch.linspace(1.0, 8.0, batch).view(-1, 1, 1)
-    logits = torch.randn(batch, depth, vocab, generator=generator) * scale
-    budget = torch.tensor(budget) if isinstance(budget, list) else budget
-    return build_tree(logits, budget, impl="reference")
 
 
 def random_walk(tree, generator):
@@ -125,26 +98,6 @@ def test_torch_path_needs_no_host_values():
     plan = compaction_plan(meta(3, 5), meta(3), meta(3, 9), impl="torch")
     assert plan.src.shape == plan.dst.shape == plan.move.shape == (3, 5) and plan.free.shape == (3, 9)
     assert apply_plan(torch.empty(40, 8, device="meta"), plan).shape == (40, 8)
-
-
-def replay_in_cuda_graph(fn):
-    """Run `fn` eagerly with host syncs forbidden, capture it in a CUDA graph, replay, return its outputs."""
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        with torch.cuda.stream(stream):
-            fn()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    return out
 
 
 @pytest.mark.gpu

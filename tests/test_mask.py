@@ -5,29 +5,10 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from trees import CASES, IMPLS, TENSOR_FIELDS, needs_cuda, random_tree, replay_in_cuda_graph
 
-from ddtree_core import build_tree
 from ddtree_core.encoding import from_paths, to_paths
 from ddtree_core.mask import ancestor_mask, flat_verify_mask, pack_bits, request_verify_mask, unpack_bits
-
-IMPLS = ["reference", "torch"]
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-TENSOR_FIELDS = ("token_ids", "parents", "depths", "num_nodes", "scores", "ranks")
-CASES = [
-    pytest.param(budget, depth, id=f"n{budget}-d{depth}")
-    for budget, depth in [
-        (1, 1),
-        (1, 16),
-        (2, 3),
-        (5, 2),
-        (8, 8),
-        (16, 4),
-        (33, 16),
-        (64, 6),
-        (256, 1),
-        (256, 16),
-    ]
-] + [pytest.param([0, 7, 256, 40], 16, id="mixed-d16"), pytest.param([3, 1, 12], 5, id="mixed-d5")]
 
 # Two requests padded to W = 6: the tree.py worked example and a chain root ─ x ─ y.
 #   root ─┬─ a ─┬─ c        root ─ x ─ y
@@ -52,15 +33,6 @@ PADDED_MASK = [
         [0, 0, 0, 0, 0, 1],
     ],
 ]
-
-
-def random_tree(budget, depth, seed=0, vocab=300):
-    batch = len(budget) if isinstance(budget, list) else 3
-    generator = torch.Generator().manual_seed(seed)
-    scale = torch.linspace(1.0, 8.0, batch).view(-1, 1, 1)
-    logits = torch.randn(batch, depth, vocab, generator=generator) * scale
-    budget = torch.tensor(budget) if isinstance(budget, list) else budget
-    return build_tree(logits, budget, impl="reference")
 
 
 def closure_from_paths(tree):
@@ -159,26 +131,6 @@ def test_torch_path_needs_no_host_values():
     assert masks.shape == (2, 6, 6)
     assert flat_verify_mask(tree, torch.empty(2, dtype=torch.int64, device="meta"), 3, impl="torch").shape == (90,)
     assert unpack_bits(pack_bits(masks, impl="torch"), 6, impl="torch").shape == (2, 6, 6)
-
-
-def replay_in_cuda_graph(fn):
-    """Run `fn` eagerly with host syncs forbidden, capture it in a CUDA graph, replay, return its outputs."""
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        with torch.cuda.stream(stream):
-            fn()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    return out
 
 
 @pytest.mark.gpu

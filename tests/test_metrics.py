@@ -5,8 +5,9 @@ import math
 
 import pytest
 import torch
+from trees import CASES, IMPLS, needs_cuda, worked_example_topk, worked_example_tree
 
-from ddtree_core import DraftTopK, build_tree, build_tree_from_topk, draft_topk
+from ddtree_core import build_tree, draft_topk
 from ddtree_core.metrics import (
     SUMMARY_KEYS,
     Divergence,
@@ -26,31 +27,9 @@ from ddtree_core.metrics import (
 )
 from ddtree_core.verify import emitted_tokens, follow_tree
 
-IMPLS = ["reference", "torch"]
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-CASES = [
-    pytest.param(budget, depth, id=f"n{budget}-d{depth}")
-    for budget, depth in [
-        (1, 1),
-        (1, 16),
-        (2, 3),
-        (5, 2),
-        (8, 8),
-        (16, 4),
-        (33, 16),
-        (64, 6),
-        (256, 1),
-        (256, 16),
-    ]
-] + [pytest.param([0, 7, 256, 40], 16, id="mixed-d16"), pytest.param([3, 1, 12], 5, id="mixed-d5")]
-
 
 def worked_example():
-    # root ─┬─ 10 ─┬─ 12        nodes: 1=10, 2=12, 3=13, 4=11; scores -0.1, -0.3, -2.0, -2.5
-    #       │      └─ 13
-    #       └─ 11
-    topk = DraftTopK(torch.tensor([[[-0.1, -2.5], [-0.2, -1.9]]]), torch.tensor([[[10, 11], [12, 13]]]))
-    return topk, build_tree_from_topk(topk, 4, impl="reference")
+    return worked_example_topk(), worked_example_tree()
 
 
 def random_round(budget, depth, seed=0, vocab=300):

@@ -1,22 +1,12 @@
 """build_tree / draft_topk: hand-drawn trees, and torch == reference on random and tied logits."""
 
-import dataclasses
 import math
 
 import pytest
 import torch
+from trees import IMPLS, assert_same
 
 from ddtree_core import DraftTopK, build_tree, build_tree_from_topk, draft_topk, ops
-
-
-def assert_same(a, b):
-    for field in dataclasses.fields(a):
-        x, y = getattr(a, field.name), getattr(b, field.name)
-        if isinstance(x, torch.Tensor):
-            assert x.dtype == y.dtype, field.name
-            assert torch.equal(x, y), f"{field.name}:\n{x}\n!=\n{y}"
-        else:
-            assert x == y, field.name
 
 
 def topk_of(log_probs, token_ids=None):
@@ -24,9 +14,6 @@ def topk_of(log_probs, token_ids=None):
     if token_ids is None:
         token_ids = torch.arange(log_probs.shape[-1]).expand(log_probs.shape)
     return DraftTopK(log_probs=log_probs, token_ids=torch.as_tensor(token_ids).reshape(log_probs.shape))
-
-
-IMPLS = ["reference", "torch"]
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -5,19 +5,10 @@ import math
 
 import pytest
 import torch
+from trees import IMPLS, worked_example_tree
 
-from ddtree_core import DraftTopK, build_tree, build_tree_from_topk
+from ddtree_core import build_tree
 from ddtree_core.verify import emitted_tokens, follow_tree, sample_target_tokens, target_probs
-
-IMPLS = ["reference", "torch"]
-
-
-def worked_example_tree():
-    # root ─┬─ 10 ─┬─ 12        nodes: 1=10, 2=12, 3=13, 4=11
-    #       │      └─ 13
-    #       └─ 11
-    topk = DraftTopK(torch.tensor([[[-0.1, -2.5], [-0.2, -1.9]]]), torch.tensor([[[10, 11], [12, 13]]]))
-    return build_tree_from_topk(topk, 4, impl="reference")
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -1,0 +1,75 @@
+"""Shared test material: the worked-example tree, seeded random trees, the case grid, a CUDA-graph replayer."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from ddtree_core import DraftTopK, build_tree, build_tree_from_topk
+
+IMPLS = ["reference", "torch"]
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+TENSOR_FIELDS = ("token_ids", "parents", "depths", "num_nodes", "scores", "ranks")
+CASES = [
+    pytest.param(budget, depth, id=f"n{budget}-d{depth}")
+    for budget, depth in [(1, 1), (1, 16), (2, 3), (5, 2), (8, 8), (16, 4), (33, 16), (64, 6), (256, 1), (256, 16)]
+] + [pytest.param([0, 7, 256, 40], 16, id="mixed-d16"), pytest.param([3, 1, 12], 5, id="mixed-d5")]
+
+
+def worked_example_topk() -> DraftTopK:
+    # root ─┬─ 10 ─┬─ 12        nodes: 1=10, 2=12, 3=13, 4=11; scores -0.1, -0.3, -2.0, -2.5
+    #       │      └─ 13
+    #       └─ 11
+    return DraftTopK(torch.tensor([[[-0.1, -2.5], [-0.2, -1.9]]]), torch.tensor([[[10, 11], [12, 13]]]))
+
+
+def worked_example_tree():
+    return build_tree_from_topk(worked_example_topk(), 4, impl="reference")
+
+
+def random_tree(budget, depth, seed=0, vocab=300):
+    """Reference trees of 3 requests (or one per budget in a list); sharper rows give deeper trees."""
+    batch = len(budget) if isinstance(budget, list) else 3
+    generator = torch.Generator().manual_seed(seed)
+    scale = torch.linspace(1.0, 8.0, batch).view(-1, 1, 1)
+    logits = torch.randn(batch, depth, vocab, generator=generator) * scale
+    budget = torch.tensor(budget) if isinstance(budget, list) else budget
+    return build_tree(logits, budget, impl="reference")
+
+
+def assert_same(out, ref):
+    """Every field of two frozen dataclasses equal: tensors by dtype, shape and value (floats by bit
+    pattern: -0.0 differs from 0.0 and NaN matches only itself), other fields by ==."""
+    for field in dataclasses.fields(ref):
+        x, y = getattr(out, field.name), getattr(ref, field.name)
+        if isinstance(y, torch.Tensor):
+            assert x.dtype == y.dtype and x.shape == y.shape, (field.name, x.dtype, x.shape, y.dtype, y.shape)
+            same = torch.eq(x.view(torch.int32), y.view(torch.int32)) if x.is_floating_point() else torch.eq(x, y)
+            where = (~same).nonzero()[:5].tolist()
+            assert bool(same.all()), f"{field.name} differs at {where}: {x[~same][:5]} vs {y[~same][:5]}"
+        else:
+            assert x == y, field.name
+
+
+def tree_to(tree, device):
+    return dataclasses.replace(tree, **{name: getattr(tree, name).to(device) for name in TENSOR_FIELDS})
+
+
+def replay_in_cuda_graph(fn):
+    """Run `fn` eagerly with host syncs forbidden, capture it in a CUDA graph, replay, return its outputs."""
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.cuda.stream(stream):
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return out
