@@ -52,6 +52,9 @@ def sweep(
     ] = None,
     model: Annotated[Csv, typer.Option(help="Target model folder or hub id (default: the testbed target).")] = None,
     draft: Annotated[Csv, typer.Option(help="DFlash drafter folder or hub id (default: the testbed drafter).")] = None,
+    methods: Annotated[
+        Csv, typer.Option(help="Methods, comma list of ar, dflash, ddtree; ar and dflash always run (default: all).")
+    ] = None,
     budgets: Annotated[Csv, typer.Option(help="DDTree node budgets, comma list (default: 16,32,64,128).")] = None,
     depths: Annotated[
         Csv, typer.Option(help="DDTree depth limits, comma list; 'auto' = block size - 1 (default: auto).")
@@ -112,7 +115,7 @@ def sweep(
     from ddbench.runner import run_sweep
 
     flags = dict(
-        engine=engine, model=model, draft=draft, budgets=budgets, depths=depths,
+        engine=engine, model=model, draft=draft, methods=methods, budgets=budgets, depths=depths,
         draft_temperatures=draft_temperatures, temperatures=temperatures, concurrency=concurrency,
         datasets=datasets, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
         gpus=gpus, tp=tp, workers=workers, out=out, stream=stream, restart_per_budget=restart_per_budget,

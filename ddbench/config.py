@@ -28,6 +28,7 @@ from typing import Any
 
 ENGINES = ("sglang", "reference")
 METHODS = ("ar", "dflash", "ddtree")
+METHODS = ("ar", "dflash", "ddtree")
 BUILTIN_DATASETS = ("mt-bench", "gsm8k", "humaneval")
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -46,6 +47,7 @@ class SweepConfig:
     engine: str = "reference"  # sglang | reference
     model: str = ""  # target model folder or hub id
     draft: str = ""  # DFlash drafter folder or hub id
+    methods: tuple[str, ...] = METHODS  # ar and dflash always; drop ddtree to measure the baselines alone
     budgets: tuple[int, ...] = (16, 32, 64, 128)  # DDTree node budgets (non-root nodes)
     depths: tuple[int | None, ...] = (None,)  # DDTree depth limits; None = drafter block size - 1
     draft_temperatures: tuple[float, ...] = (1.0,)
@@ -136,6 +138,8 @@ def expand_cells(config: SweepConfig) -> list[Cell]:
                 common = dict(dataset=dataset_label(spec), temperature=temperature, concurrency=concurrency)
                 cells.append(Cell(method="ar", budget=None, max_depth=None, draft_temperature=None, **common))
                 cells.append(Cell(method="dflash", budget=None, max_depth=None, draft_temperature=None, **common))
+                if "ddtree" not in config.methods:
+                    continue
                 for budget in config.budgets:
                     for depth in config.depths:
                         for draft_temperature in config.draft_temperatures:
@@ -200,7 +204,7 @@ def _coerce(key: str, value: Any) -> Any:
         return tuple(float(item) for item in as_list(value))
     if key == "server_args":
         return tuple(shlex.split(value) if isinstance(value, str) else (str(item) for item in value))
-    if key == "datasets":
+    if key in ("datasets", "methods"):
         return tuple(str(item) for item in as_list(value))
     return value
 
@@ -232,6 +236,8 @@ def parse_gpus(value: Any) -> tuple[int, ...]:
 def _validate(config: SweepConfig) -> None:
     if config.engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {config.engine!r}")
+    if not {"ar", "dflash"} <= set(config.methods) or not set(config.methods) <= set(METHODS):
+        raise ValueError(f"methods must include ar and dflash, out of {', '.join(METHODS)}; got {list(config.methods)}")
     if not config.budgets or any(budget < 1 for budget in config.budgets):
         raise ValueError(f"budgets must be >= 1, got {list(config.budgets)}")
     if any(depth is not None and depth < 1 for depth in config.depths) or not config.depths:

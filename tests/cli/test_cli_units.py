@@ -47,6 +47,11 @@ def test_grid_has_ar_and_dflash_next_to_every_ddtree_setting():
     assert Cell.from_dict(cells[5].to_dict()) == cells[5]
 
 
+def test_baselines_only():
+    cells = expand_cells(build_config({**MODELS, "methods": "ar,dflash", "temperatures": "0,1"}, {}))
+    assert [cell.method for cell in cells] == ["ar", "dflash"] * 2
+
+
 @pytest.mark.parametrize(
     "values, message",
     [
@@ -59,8 +64,10 @@ def test_grid_has_ar_and_dflash_next_to_every_ddtree_setting():
         ({"budget": 3}, "unknown sweep setting(s): budget"),
         ({"gpus": "a-b"}, "GPU list must look like"),
         ({"stream": True}, "the reference engine does not stream"),
+        ({"methods": "ddtree"}, "methods must include ar and dflash"),
     ],
-    ids=["budget-zero", "engine", "dataset", "tp", "sglang-cpu", "temperature", "unknown-key", "gpus", "stream"],
+    ids=["budget-zero", "engine", "dataset", "tp", "sglang-cpu", "temperature", "unknown-key", "gpus", "stream"]
+    + ["methods"],
 )
 def test_bad_settings_raise_one_line(values, message):
     with pytest.raises(DDBenchError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
