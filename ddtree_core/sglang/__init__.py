@@ -1,0 +1,18 @@
+"""The DDTREE speculative algorithm as a plugin for a stock SGLang 0.5.15 (no fork, no patched files).
+
+DDTREE runs a DFlash drafter exactly as SGLang's DFLASH does, then grows a best-first tree over the
+drafter's per-position top-K lists, verifies the whole tree in one target forward under a tree mask,
+follows the target's own tokens through it and commits the accepted path.
+
+- config.py: server-wide knobs (SGLANG_DDTREE_* variables) and per-request overrides
+  (`sampling_params.custom_params`), pure Python;
+- rounds.py: one round's tensors (verify tokens, positions, mask, committed path, stats rows),
+  torch only;
+- spec_algo.py: the algorithm object SGLang dispatches on, server-argument checks and resolution;
+- info.py: the verify input and the batch result handed to SGLang;
+- worker.py: the DDTree worker (a DFlashWorkerV2 whose decode round builds and verifies the tree);
+- plugin.py: `register()`, the entry point of group `sglang.srt.plugins`, and the hooks;
+- launch_server.py: `python -m ddtree_core.sglang.launch_server <sglang args>`.
+
+Importing this package imports nothing from SGLang; config.py and rounds.py never do.
+"""

@@ -1,0 +1,186 @@
+"""DDTree settings of the SGLang plugin: server-wide knobs from the environment, per-request overrides.
+
+Server-wide, read from the environment (SGLang's spawned scheduler processes inherit it, and
+`ServerArgs` cannot grow new CLI fields from a plugin):
+
+    SGLANG_DDTREE_BUDGET             non-root tree nodes N, default block_size - 1
+    SGLANG_DDTREE_MAX_DEPTH          depth limit, 1 .. block_size - 1, default block_size - 1
+    SGLANG_DDTREE_DRAFT_TEMPERATURE  divides the drafter's logits before the top-K log-probs, default 1.0
+
+Per request, `sampling_params.custom_params` may lower them (never raise them: the verify width and
+the walk width are fixed when the server starts and its CUDA graphs are captured):
+
+    ddtree_budget             0 .. the server budget; nodes past it are padding of the fixed width
+    ddtree_max_depth          1 .. the server depth limit
+    ddtree_draft_temperature  any finite value > 0
+
+Widths, all static for the life of the server:
+- tree_depth D = min(max_depth, budget): a tree of N nodes is at most N deep; a round emits <= D + 1
+  tokens.
+- verify_width W = max(budget + 1, block_size) tokens per request: the root, then W - 1 node columns
+  (columns past a tree's node count are padding). W is never below the block: the drafter writes
+  block_size KV slots past the prefix every round, and SGLang reserves (and accounts for) 2 * W slots
+  per request and round (DFlashDraftInputV2.prepare_for_decode, mem_cache.common
+  .get_alloc_reserve_per_decode). Under overlap scheduling the reservation starts at a committed length
+  that may lag by one round, so it must cover the <= D + 1 tokens that round commits plus the
+  max(W, block_size) slots this round writes; 2 * W covers both whenever W >= block_size, as
+  D + 1 <= block_size <= W.
+  A budget below block_size - 1 therefore verifies padding columns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
+ENV_MAX_DEPTH = "SGLANG_DDTREE_MAX_DEPTH"
+ENV_DRAFT_TEMPERATURE = "SGLANG_DDTREE_DRAFT_TEMPERATURE"
+
+PARAM_BUDGET = "ddtree_budget"
+PARAM_MAX_DEPTH = "ddtree_max_depth"
+PARAM_DRAFT_TEMPERATURE = "ddtree_draft_temperature"
+REQUEST_PARAMS = (PARAM_BUDGET, PARAM_MAX_DEPTH, PARAM_DRAFT_TEMPERATURE)
+_PARAM_PREFIX = "ddtree_"
+
+
+class DDTreeConfigError(ValueError):
+    """A DDTree setting that is missing its form or out of range."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """The DDTree settings of one server (see the module docstring)."""
+
+    block_size: int  # drafter block: the bonus token plus block_size - 1 drafted positions
+    budget: int  # non-root tree nodes, the most any request may use
+    max_depth: int  # depth limit, <= block_size - 1
+    draft_temperature: float  # default drafter temperature of the tree scores
+
+    def __post_init__(self):
+        if self.block_size < 2:
+            raise DDTreeConfigError(f"the drafter block size must be >= 2, got {self.block_size}")
+        if self.budget < 1:
+            raise DDTreeConfigError(f"{ENV_BUDGET} must be >= 1, got {self.budget}")
+        if not 1 <= self.max_depth <= self.block_size - 1:
+            raise DDTreeConfigError(f"{ENV_MAX_DEPTH} must be in 1..{self.block_size - 1}, got {self.max_depth}")
+        _check_temperature(self.draft_temperature, ENV_DRAFT_TEMPERATURE)
+
+    @property
+    def tree_depth(self) -> int:
+        """D: the deepest level any tree can reach, the walk width minus one."""
+        return min(self.max_depth, self.budget)
+
+    @property
+    def verify_width(self) -> int:
+        """W: verify tokens per request, root included (SGLang's speculative_num_draft_tokens)."""
+        return max(self.budget + 1, self.block_size)
+
+    @property
+    def top_k(self) -> int:
+        """K of the drafter's top-K lists: K >= budget gives the exact DDTree tree (clamp to the vocabulary)."""
+        return self.budget
+
+    def info(self) -> dict:
+        """What the server reports about itself (server_info keys)."""
+        return {
+            "ddtree_block_size": self.block_size,
+            "ddtree_budget": self.budget,
+            "ddtree_max_depth": self.max_depth,
+            "ddtree_draft_temperature": self.draft_temperature,
+            "ddtree_tree_depth": self.tree_depth,
+            "ddtree_verify_width": self.verify_width,
+        }
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], block_size: int) -> ServerSettings:
+        """Settings from SGLANG_DDTREE_* variables (unset or empty: the defaults)."""
+        default_depth = block_size - 1
+        return cls(
+            block_size=block_size,
+            budget=_env_int(environ, ENV_BUDGET, default_depth),
+            max_depth=_env_int(environ, ENV_MAX_DEPTH, default_depth),
+            draft_temperature=_env_float(environ, ENV_DRAFT_TEMPERATURE, 1.0),
+        )
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    """One request's effective DDTree settings (server defaults unless its custom_params lower them)."""
+
+    budget: int  # 0 .. server budget
+    max_depth: int  # 1 .. server tree depth
+    draft_temperature: float  # > 0
+
+    @classmethod
+    def defaults(cls, server: ServerSettings) -> RequestSettings:
+        return cls(budget=server.budget, max_depth=server.tree_depth, draft_temperature=server.draft_temperature)
+
+    @classmethod
+    def from_custom_params(cls, params: Mapping | None, server: ServerSettings) -> RequestSettings:
+        """Apply a request's ddtree_* custom_params; other keys (SGLang's own, other plugins') are ignored.
+
+        A max_depth above the server's tree depth D is refused; one between D and the configured
+        max_depth (possible when the budget is the tighter limit) is accepted and means D.
+        """
+        default = cls.defaults(server)
+        if not params:
+            return default
+        unknown = sorted(
+            k for k in params if isinstance(k, str) and k.startswith(_PARAM_PREFIX) and k not in REQUEST_PARAMS
+        )
+        if unknown:
+            raise DDTreeConfigError(
+                f"unknown DDTree request parameters {unknown}; expected some of {list(REQUEST_PARAMS)}"
+            )
+        budget = _param_int(params, PARAM_BUDGET, default.budget, 0, server.budget)
+        max_depth = _param_int(params, PARAM_MAX_DEPTH, server.max_depth, 1, server.max_depth)
+        temperature = params.get(PARAM_DRAFT_TEMPERATURE, default.draft_temperature)
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+            raise DDTreeConfigError(f"{PARAM_DRAFT_TEMPERATURE} must be a number, got {temperature!r}")
+        _check_temperature(float(temperature), PARAM_DRAFT_TEMPERATURE)
+        return cls(budget=budget, max_depth=min(max_depth, server.tree_depth), draft_temperature=float(temperature))
+
+
+def request_error(params: Mapping | None, server: ServerSettings) -> str | None:
+    """Why a request's custom_params cannot run on this server, or None when they can."""
+    try:
+        RequestSettings.from_custom_params(params, server)
+    except DDTreeConfigError as error:
+        return f"DDTREE: {error}"
+    return None
+
+
+def _check_temperature(value: float, name: str) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise DDTreeConfigError(f"{name} must be a finite number > 0, got {value}")
+
+
+def _env_int(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise DDTreeConfigError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise DDTreeConfigError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _param_int(params: Mapping, name: str, default: int, low: int, high: int) -> int:
+    value = params.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DDTreeConfigError(f"{name} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise DDTreeConfigError(f"{name} must be in {low}..{high} on this server, got {value}")
+    return value

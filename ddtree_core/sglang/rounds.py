@@ -1,0 +1,189 @@
+"""One DDTree decode round's tensors, engine-free: everything the SGLang worker computes between the
+drafter's logits and SGLang's KV helpers, in plain torch (no host reads, static shapes).
+
+A round of a batch of B requests, widths fixed by ServerSettings (config.py):
+
+    drafter logits [B, D, V] ──draft_tree──> DraftTopK [B, D, K], DraftTree (W = N + 1 columns)
+    tree + bonus + prefix lens ──verify_batch──> tokens / positions [B, W], FULL_MASK custom mask
+    target tokens [B, W] ──follow_tree──> TreeWalk (path [B, D + 1])
+    tree + walk ──committed_path──> flat verify indices of the path, emitted tokens, commit lens
+    tree + walk + top-K ──round_stats_rows──> [B, STATS_COLUMNS + D] int32 (host: summary_from_rows)
+
+Verify column i of request b is flat verify token b * W + i (SGLang lays verify tokens out request
+by request), so a node's KV slot, logits row and hidden-state row are all found at that index.
+
+Per-request settings (RequestSettings) never change a shape: a smaller budget leaves padding columns,
+a smaller depth limit sets the drafter's log-probs of deeper positions to -inf, a temperature divides
+that request's logits before the top-K.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ddtree_core import metrics
+from ddtree_core.encoding import positions as tree_positions
+from ddtree_core.mask import flat_verify_mask
+from ddtree_core.sglang.config import RequestSettings, ServerSettings
+from ddtree_core.tree import DraftTopK, DraftTree, build_tree_from_topk, draft_topk
+from ddtree_core.verify import TreeWalk, emitted_tokens
+
+# Columns of a stats row before the per-depth ranks.
+STATS_COLUMNS = ("accept_len", "num_nodes", "depth_reached", "top_k", "expected_accept_len_bits")
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """Per-request overrides as device tensors (only built when some request has one)."""
+
+    budgets: torch.Tensor  # [B] int64, 0 .. server budget
+    max_depths: torch.Tensor  # [B] int64, 1 .. server tree depth
+    draft_temperatures: torch.Tensor  # [B] float32, > 0
+
+
+@dataclass(frozen=True)
+class VerifyBatch:
+    """The target verify forward's inputs. W = N + 1 columns per request, root first."""
+
+    tokens: torch.Tensor  # [B, W] int64: bonus, then node tokens; padding columns repeat the bonus
+    positions: torch.Tensor  # [B, W] int64: prefix_len + depth (padding: prefix_len)
+    custom_mask: torch.Tensor  # [W * prefix_total + B * W * W] bool, SGLang's FULL_MASK layout
+
+
+@dataclass(frozen=True)
+class CommittedPath:
+    """What a round commits. P = D + 1 = the walk's width; entries past accept_len are padding."""
+
+    accept_index: torch.Tensor  # [B, P] int64, flat verify index b * W + node of the k-th path node; -1 padding
+    hidden_rows: torch.Tensor  # [B, P] int64, the same index clamped to the root for padding
+    positions: torch.Tensor  # [B, P] int64, prefix_len + k: the path's sequence positions
+    out_tokens: torch.Tensor  # [B, P] int64, accepted drafts then the bonus; 0 padding
+    commit_lens: torch.Tensor  # [B] int32, tokens committed = accept_len (>= 1)
+    new_seq_lens: torch.Tensor  # [B] int64, prefix_len + commit_len
+
+
+def request_limits(
+    settings: Sequence[RequestSettings], server: ServerSettings, device: torch.device
+) -> RequestLimits | None:
+    """Device tensors of per-request settings, or None when every request runs the server defaults."""
+    default = RequestSettings.defaults(server)
+    if all(s == default for s in settings):
+        return None
+    pin = torch.device(device).type == "cuda"
+
+    def to_device(values: list, dtype: torch.dtype) -> torch.Tensor:
+        # A pinned staging tensor per round: the copy is asynchronous and the allocator keeps the
+        # staging memory alive until it completes.
+        return torch.tensor(values, dtype=dtype, pin_memory=pin).to(device, non_blocking=True)
+
+    return RequestLimits(
+        budgets=to_device([s.budget for s in settings], torch.int64),
+        max_depths=to_device([s.max_depth for s in settings], torch.int64),
+        draft_temperatures=to_device([s.draft_temperature for s in settings], torch.float32),
+    )
+
+
+def draft_tree(
+    draft_logits: torch.Tensor, server: ServerSettings, limits: RequestLimits | None, *, impl: str | None = None
+) -> tuple[DraftTopK, DraftTree]:
+    """Top-K lists and trees of a batch. draft_logits: [B, D, V] for block positions 1..D (D = tree_depth).
+
+    The tree always has W - 1 = verify_width - 1 node columns; each request fills at most its budget.
+    """
+    k = max(1, min(server.top_k, draft_logits.shape[-1]))
+    if limits is None:
+        topk = draft_topk(draft_logits, k, draft_temperature=server.draft_temperature, impl=impl)
+        budget: int | torch.Tensor = server.budget
+    else:
+        scaled = draft_logits.float() / limits.draft_temperatures.view(-1, 1, 1)
+        topk = _limit_depths(draft_topk(scaled, k, draft_temperature=1.0, impl=impl), limits.max_depths)
+        budget = limits.budgets
+    tree = build_tree_from_topk(
+        topk, budget, max_depth=server.tree_depth, max_budget=server.verify_width - 1, impl=impl
+    )
+    return topk, tree
+
+
+def verify_batch(
+    tree: DraftTree, bonus: torch.Tensor, prefix_lens: torch.Tensor, prefix_total: int, *, impl: str | None = None
+) -> VerifyBatch:
+    """Verify tokens, positions and mask. bonus: [B] the root tokens; prefix_lens: [B] committed lengths;
+    prefix_total: their sum on the host (sizes the mask)."""
+    tokens = tree.node_token_ids()
+    # Root and padding columns carry -1; both get the bonus: the root is the bonus, and a padding
+    # column needs some valid id (its mask row sees only the prefix and itself, no node sees it).
+    tokens = torch.where(tokens < 0, bonus.to(tokens.dtype).unsqueeze(1), tokens)
+    return VerifyBatch(
+        tokens=tokens,
+        positions=tree_positions(tree, prefix_lens),
+        custom_mask=flat_verify_mask(tree, prefix_lens, prefix_total, impl=impl),
+    )
+
+
+def committed_path(tree: DraftTree, walk: TreeWalk, prefix_lens: torch.Tensor) -> CommittedPath:
+    """The accepted path laid out for SGLang's KV move and draft-KV write (see CommittedPath)."""
+    batch, length = walk.accepted.shape
+    width = tree.width
+    row_start = torch.arange(batch, device=walk.accepted.device).unsqueeze(1) * width
+    on_path = walk.accepted >= 0
+    steps = torch.arange(length, device=walk.accepted.device).unsqueeze(0)
+    prefix = prefix_lens.to(torch.int64)
+    return CommittedPath(
+        accept_index=torch.where(on_path, row_start + walk.accepted, -1),
+        hidden_rows=row_start + walk.accepted.clamp(min=0),
+        positions=prefix.unsqueeze(1) + steps,
+        out_tokens=emitted_tokens(tree, walk).clamp(min=0),
+        commit_lens=walk.accept_lens.to(torch.int32),
+        new_seq_lens=prefix + walk.accept_lens,
+    )
+
+
+def round_stats_rows(tree: DraftTree, walk: TreeWalk, topk: DraftTopK, *, impl: str | None = None) -> torch.Tensor:
+    """Per-request round statistics, [B, len(STATS_COLUMNS) + D] int32 (D = topk positions).
+
+    Columns: STATS_COLUMNS, then the target token's rank at depths 1..D (-1 past the walk; K = miss).
+    The expected accept length (float32) travels as its bit pattern so the row stays one int tensor.
+    """
+    batch = tree.batch_size
+    ranks = metrics.target_token_ranks(topk.token_ids, emitted_tokens(tree, walk), walk.accept_lens, impl=impl)
+    expected = metrics.expected_acceptance_length(tree).float().contiguous().view(torch.int32)
+    fixed = [
+        walk.accept_lens,
+        tree.num_nodes,
+        tree.depths.max(dim=1).values,
+        torch.full((batch,), topk.token_ids.shape[-1], device=ranks.device),
+    ]
+    columns = [c.to(torch.int32).unsqueeze(1) for c in fixed] + [expected.unsqueeze(1), ranks.to(torch.int32)]
+    return torch.cat(columns, dim=1)
+
+
+def round_stats_from_row(row: Sequence[int]) -> metrics.RoundStats:
+    """The host-side RoundStats of one stats row (a list of ints)."""
+    tau, nodes, depth, top_k, expected_bits = row[: len(STATS_COLUMNS)]
+    ranks = row[len(STATS_COLUMNS) :][:tau]
+    return metrics.RoundStats(
+        accept_len=tau,
+        num_nodes=nodes,
+        depth_reached=depth,
+        ranks=tuple(r for r in ranks if r >= 0),
+        top_k=top_k,
+        expected_accept_len=struct.unpack("<f", struct.pack("<i", expected_bits))[0],
+    )
+
+
+def summary_from_rows(rows: Sequence[Sequence[int]]) -> dict:
+    """One response's DDTree summary under metrics.SUMMARY_KEYS, from its rounds' stats rows."""
+    return metrics.summarize([[round_stats_from_row(row) for row in rows]]).to_dict()
+
+
+def _limit_depths(topk: DraftTopK, max_depths: torch.Tensor) -> DraftTopK:
+    """-inf log-probs at depths past each request's limit. Depth 1 alone offers K = server budget >=
+    request budget finite candidates (the worker refuses a vocabulary smaller than the budget), so a
+    request's best nodes never include a -inf one: its tree equals the depth-limited tree."""
+    depth = torch.arange(1, topk.log_probs.shape[1] + 1, device=topk.log_probs.device).view(1, -1, 1)
+    allowed = depth <= max_depths.view(-1, 1, 1)
+    return DraftTopK(log_probs=topk.log_probs.masked_fill(~allowed, float("-inf")), token_ids=topk.token_ids)

@@ -1,0 +1,308 @@
+"""The DDTree worker: SGLang's DFlashWorkerV2 with a tree-building, tree-verifying decode round.
+
+Prefill and idle batches run DFLASH's code unchanged (target prefill with hidden-state capture, prompt
+features into the draft KV, bonus token). One decode round, all on the device without host reads:
+
+  1. draft:  DFLASH's block [bonus, MASK x (block-1)] through the drafter; its hidden states at block
+             positions 1..D through the target's logits processor (lm_head, TP gather, softcap)
+  2. tree:   draft_topk + build_tree_from_topk (rounds.draft_tree), per-request limits as padding
+  3. verify: W = N + 1 tokens per request [bonus, node tokens], positions prefix + depth, the
+             FULL_MASK tree mask; KV slots req_to_token[prefix : prefix + W]
+  4. accept: argmax per node (greedy) or a sample of the request's distribution per node, then
+             follow_tree: the accepted path and the bonus token
+  5. commit: the path's target KV moves to the first accept_len verify slots
+             (spec_utils.move_accept_tokens_to_target_kvcache, any page size); the path's target
+             hidden states, in path order, become draft KV exactly as DFLASH commits its block
+  6. result: tokens [B * (D + 1)] (path + bonus, padded), accept_lens = commit lengths, per-round
+             statistics for the host (info.DDTreeBatchResult)
+
+The drafter's block KV slots req_to_token[prefix : prefix + block] are the first block verify slots:
+both start at the committed prefix, and W >= block (config.py), so DFLASH's reservation of 2 * W
+slots covers both.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from sglang.srt.distributed import get_tp_group
+from sglang.srt.layers.logits_processor import LogitsMetadata
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+from sglang.srt.speculative.dflash_utils import apply_dflash_verify_logits_adjustments
+from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache
+
+from ddtree_core.sglang import info, rounds
+from ddtree_core.sglang.config import DDTreeConfigError, RequestSettings
+from ddtree_core.sglang.spec_algo import draft_server_args, settings_of
+from ddtree_core.verify import follow_tree, sample_target_tokens
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_BACKEND_CLASSES = ("TritonAttnBackend", "FlashInferAttnBackend")
+
+
+class DDTreeWorker(DFlashWorkerV2):
+    """DFLASH's worker whose decode round drafts, verifies and commits a DDTree tree."""
+
+    def __init__(
+        self,
+        server_args,
+        gpu_id: int,
+        tp_rank: int,
+        dp_rank,
+        moe_ep_rank: int,
+        attn_cp_rank: int,
+        moe_dp_rank: int,
+        nccl_port: int,
+        target_worker,
+    ):
+        self.settings = settings_of(server_args)
+        # The parent builds the draft runner from these args: its width is the block, the target keeps
+        # W; self.server_args is this copy (it differs from the target's only in that width).
+        super().__init__(
+            draft_server_args(server_args),
+            gpu_id,
+            tp_rank,
+            dp_rank,
+            moe_ep_rank,
+            attn_cp_rank,
+            moe_dp_rank,
+            nccl_port,
+            target_worker,
+        )
+        check_target(target_worker.model_runner, self.settings.budget)
+        self._logits_processor = target_worker.model_runner.model.logits_processor
+        self._logits_metadata = LogitsMetadata(forward_mode=ForwardMode.DECODE)
+        self._warned_request_settings = False
+        if self.tp_rank == 0:
+            logger.info("DDTREE worker ready: %s", self.settings.info())
+
+    def _maybe_build_draft_sampler(self):
+        # DFLASH folds a greedy argmax into the draft graph; DDTree needs the drafter's top-K
+        # log-probs instead, computed after the graph (rounds.draft_tree).
+        return None
+
+    def init_cuda_graphs(self):
+        # The target's graphs are captured before the draft worker's (Scheduler.init_model_worker).
+        assert_verify_graph_masked(self.target_worker.model_runner)
+        super().init_cuda_graphs()
+
+    def forward_batch_generation(self, batch, on_publish=None):
+        if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
+            return super().forward_batch_generation(batch, on_publish)
+        if getattr(batch, "return_logprob", False):
+            raise ValueError("DDTREE speculative decoding does not support return_logprob.")
+        if not isinstance(batch.spec_info, DFlashDraftInputV2):
+            raise RuntimeError("DDTREE expected DFlashDraftInputV2 state on the running batch.")
+        return self._decode_round(batch, on_publish)
+
+    def _decode_round(self, batch, on_publish):
+        draft_input = batch.spec_info
+        if batch.seq_lens.is_cuda:  # it may come from the previous overlap iteration's stream
+            batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
+        prefix_lens = batch.seq_lens
+        cache_loc = self._verify_cache_loc(batch)
+        draft_hidden = self._draft_block(batch, draft_input, cache_loc)
+        draft_logits = self._draft_logits(draft_hidden[:, 1 : 1 + self.settings.tree_depth])
+        limits = rounds.request_limits(self._request_settings(batch.reqs), self.settings, self.device)
+        topk, tree = rounds.draft_tree(draft_logits, self.settings, limits)
+        verify = rounds.verify_batch(tree, draft_input.bonus_tokens, prefix_lens, _prefix_total(batch, draft_input))
+        # The verify forward writes its KV there, and the KV move below reads the path's slots from it.
+        batch.out_cache_loc = cache_loc.reshape(-1)
+        logits_output, can_run_cuda_graph = self._verify(batch, draft_input, verify)
+        walk = follow_tree(tree, self._target_tokens(batch, logits_output))
+        path = rounds.committed_path(tree, walk, prefix_lens)
+        move_accept_tokens_to_target_kvcache(
+            batch, path.accept_index, path.commit_lens - 1, self.model_runner.token_to_kv_pool_allocator
+        )
+        if on_publish is not None:
+            on_publish(path.new_seq_lens)
+        self._commit_draft_kv(logits_output.hidden_states, cache_loc, path)
+        logits_output.hidden_states = None  # no D2H of the verify hidden states
+        return info.DDTreeBatchResult(
+            logits_output=logits_output,
+            next_token_ids=path.out_tokens.reshape(-1),
+            accept_lens=path.commit_lens,
+            can_run_cuda_graph=can_run_cuda_graph,
+            next_draft_input=self._make_next_draft_input_decode(
+                bonus_tokens=walk.bonus, new_seq_lens=path.new_seq_lens
+            ),
+            speculative_num_draft_tokens=path.out_tokens.shape[1],  # the stride of next_token_ids
+            new_seq_lens=path.new_seq_lens,
+            ddtree_stats=rounds.round_stats_rows(tree, walk, topk),
+        )
+
+    def _verify_cache_loc(self, batch) -> torch.Tensor:
+        """[B, W] int64 KV slots of the verify tokens: req_to_token[r, prefix : prefix + W] (reserved by
+        DFlashDraftInputV2.prepare_for_decode)."""
+        req_to_token = self.model_runner.req_to_token_pool.req_to_token
+        offsets = torch.arange(self.settings.verify_width, device=self.device)
+        columns = batch.seq_lens.to(torch.int64).unsqueeze(1) + offsets
+        return req_to_token[batch.req_pool_indices.to(torch.int64).unsqueeze(1), columns].to(torch.int64)
+
+    def _draft_block(self, batch, draft_input, cache_loc: torch.Tensor) -> torch.Tensor:
+        """DFLASH's draft forward over [bonus, MASK ...]; returns the drafter's hidden states [B, block, H]."""
+        bs, block = len(batch.seq_lens), self.block_size
+        block_ids = torch.full((bs, block), int(self._mask_token_id), dtype=torch.int64, device=self.device)
+        block_ids[:, 0] = draft_input.bonus_tokens
+        positions = batch.seq_lens.to(torch.int64).unsqueeze(1) + self._block_pos_offsets
+        embeds = self.target_worker.model_runner.model.get_input_embeddings()(block_ids)
+        seq_lens_cpu, seq_lens_sum = _host_seq_lens(batch, draft_input, extra=block)
+        forward_batch = ForwardBatch(
+            forward_mode=ForwardMode.TARGET_VERIFY,
+            batch_size=bs,
+            input_ids=block_ids.reshape(-1),
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=batch.seq_lens,
+            out_cache_loc=cache_loc[:, :block].reshape(-1),
+            seq_lens_sum=seq_lens_sum,
+            seq_lens_cpu=seq_lens_cpu,
+            positions=positions.reshape(-1),
+            input_embeds=embeds.reshape(bs * block, -1),
+            spec_algorithm=SpeculativeAlgorithm.DFLASH,
+            spec_info=self._draft_block_spec_info,
+            capture_hidden_mode=CaptureHiddenMode.NULL,
+        )
+        with torch.inference_mode():
+            out = self.draft_model_runner.forward(forward_batch)
+        hidden = out.logits_output.hidden_states
+        if hidden is None:
+            raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states.")
+        return hidden.view(bs, block, -1)
+
+    def _draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target head's logits of the drafter's hidden states [B, D, H] -> [B, D, V] float32."""
+        bs, depth, width = hidden.shape
+        lm_head = self.target_worker.model_runner.model.lm_head
+        logits = self._logits_processor._get_logits(hidden.reshape(-1, width), lm_head, self._logits_metadata)
+        return logits.view(bs, depth, -1)
+
+    def _request_settings(self, reqs) -> list[RequestSettings]:
+        """Each request's settings. Admission already refused invalid ones (plugin hook on
+        validate_dflash_request); should one get here anyway it runs with the server defaults."""
+        out = []
+        for req in reqs:
+            try:
+                out.append(RequestSettings.from_custom_params(req.sampling_params.custom_params, self.settings))
+            except DDTreeConfigError as error:
+                if not self._warned_request_settings:
+                    logger.warning("DDTREE: running a request with the server defaults: %s", error)
+                    self._warned_request_settings = True
+                out.append(RequestSettings.defaults(self.settings))
+        return out
+
+    def _verify(self, batch, draft_input, verify: rounds.VerifyBatch):
+        """The target's TARGET_VERIFY forward (CUDA graph when one fits) into the KV slots of
+        batch.out_cache_loc. Returns (logits_output, used_graph)."""
+        verify_input = info.verify_input(verify)
+        saved = batch.seq_lens_cpu, batch.seq_lens_sum
+        # Host-side upper bound of the attended lengths (the prefix plus the verify tokens), as DFLASH.
+        batch.seq_lens_cpu, batch.seq_lens_sum = _host_seq_lens(batch, draft_input, extra=self.settings.verify_width)
+        try:
+            forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker)
+        finally:
+            batch.seq_lens_cpu, batch.seq_lens_sum = saved
+        out = self.target_worker.forward_batch_generation(
+            batch=None, forward_batch=forward_batch, is_verify=True, skip_attn_backend_init=True
+        )
+        return out.logits_output, out.can_run_cuda_graph
+
+    def _target_tokens(self, batch, logits_output) -> torch.Tensor:
+        """The target's token at every verify position, [B, W]: argmax, or a sample of each request's
+        temperature / top-p / top-k distribution (identical on every TP rank)."""
+        width = self.settings.verify_width
+        sampling_info = batch.sampling_info
+        logits = logits_output.next_token_logits
+        if sampling_info is not None:
+            apply_dflash_verify_logits_adjustments(
+                next_token_logits=logits, sampling_info=sampling_info, draft_token_num=width
+            )
+        logits = logits.view(len(batch.seq_lens), width, -1)
+        if sampling_info is None or sampling_info.is_all_greedy:
+            return logits.argmax(dim=-1)
+        tokens = sample_target_tokens(
+            logits,
+            temperature=sampling_info.temperatures.view(-1),
+            top_p=sampling_info.top_ps,
+            top_k=sampling_info.top_ks,
+        )
+        tp_group = get_tp_group()
+        if tp_group.world_size > 1:
+            tp_group.broadcast(tokens, src=0)
+        return tokens
+
+    def _commit_draft_kv(self, hidden_states: torch.Tensor, cache_loc: torch.Tensor, path: rounds.CommittedPath):
+        """The accepted path's target features, in path order, into the draft KV at the path's slots
+        (rows past commit_len are skipped by the prefix-valid writer)."""
+        if hidden_states is None:
+            raise RuntimeError("DDTREE: the target verify returned no hidden states.")
+        length = path.hidden_rows.shape[1]
+        cache_loc_2d = cache_loc[:, :length].contiguous()
+        self._append_target_hidden_to_draft_kv_by_loc(
+            target_hidden=hidden_states.index_select(0, path.hidden_rows.reshape(-1)),
+            cache_loc=cache_loc_2d.reshape(-1),
+            positions=path.positions.reshape(-1),
+            cache_loc_2d=cache_loc_2d,
+            commit_lens=path.commit_lens,
+        )
+
+
+def check_target(model_runner, budget: int) -> None:
+    """Refuse targets this version cannot verify as a tree (at worker construction)."""
+    if model_runner.mambaish_config is not None:
+        raise ValueError("DDTREE does not support hybrid/Mamba targets (their state commit is chain-only).")
+    if model_runner.is_hybrid_swa:
+        raise ValueError("DDTREE does not support hybrid sliding-window targets.")
+    vocab = int(model_runner.model_config.vocab_size)
+    if vocab < budget:
+        raise ValueError(f"SGLANG_DDTREE_BUDGET {budget} exceeds the vocabulary ({vocab}).")
+    if getattr(model_runner.model, "logits_processor", None) is None or not hasattr(model_runner.model, "lm_head"):
+        raise ValueError("DDTREE needs a target model with `lm_head` and `logits_processor`.")
+
+
+def assert_verify_graph_masked(model_runner) -> None:
+    """Fail at startup unless the target's TARGET_VERIFY path carries the tree mask.
+
+    Without the plugin's mask-policy hook SGLang captures the target verify graph with
+    custom_mask=None: FlashInfer then fails at replay, Triton silently attends causally.
+    """
+    from sglang.srt.speculative.dflash_utils import resolve_dflash_verify_mask_policy
+
+    name, build_mask = resolve_dflash_verify_mask_policy(model_runner.attn_backend)
+    if name not in SUPPORTED_BACKEND_CLASSES:
+        raise ValueError(f"DDTREE verifies with {SUPPORTED_BACKEND_CLASSES}; the target uses {name}.")
+    if not build_mask:
+        raise RuntimeError("DDTREE: the verify mask policy hook is not applied (plugin not registered?).")
+    runner = model_runner.decode_cuda_graph_runner
+    if runner is None:
+        return  # eager verify: every round passes its mask
+    spec_info = runner.get_spec_info(runner.max_num_token)
+    if spec_info is None or spec_info.custom_mask is None:
+        raise RuntimeError("DDTREE: the target verify CUDA graph was captured without a custom mask.")
+    for wrappers in getattr(model_runner.attn_backend, "prefill_cuda_graph_metadata", {}).values():
+        if any(getattr(wrapper, "_custom_mask_buf", True) is None for wrapper in wrappers):
+            raise RuntimeError("DDTREE: a FlashInfer verify graph has no custom mask buffer.")
+
+
+def _host_seq_lens(batch, draft_input, extra: int) -> tuple[torch.Tensor, int]:
+    """Host-side upper bounds of the attended lengths: committed + extra when the batch carries host
+    lengths, else the reservation (always larger); never a device read."""
+    if batch.seq_lens_cpu is not None:
+        lens = batch.seq_lens_cpu + extra
+        return lens, int(lens.sum())
+    if draft_input.reserved_seq_lens_cpu is None:
+        raise RuntimeError("DDTREE: no host sequence lengths (prepare_for_decode did not run).")
+    return draft_input.reserved_seq_lens_cpu, int(draft_input.reserved_seq_lens_sum)
+
+
+def _prefix_total(batch, draft_input) -> int:
+    """The host sum of the committed prefix lengths, which sizes the tree mask. It must not be below the
+    device sum: overlap scheduling resolves batch.seq_lens_cpu to the published lengths before the
+    forward; without host lengths the reservation (>= every committed length) bounds it."""
+    if batch.seq_lens_cpu is not None:
+        return int(batch.seq_lens_sum)
+    return int(draft_input.reserved_seq_lens_sum)

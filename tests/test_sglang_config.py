@@ -1,0 +1,142 @@
+"""SGLang plugin settings: environment knobs, widths, per-request overrides and their validation."""
+
+import math
+
+import pytest
+
+from ddtree_core.sglang.config import (
+    DDTreeConfigError,
+    RequestSettings,
+    ServerSettings,
+    request_error,
+)
+
+
+def server(block=16, budget=15, max_depth=15, draft_temperature=1.0):
+    return ServerSettings(block_size=block, budget=budget, max_depth=max_depth, draft_temperature=draft_temperature)
+
+
+def test_defaults_follow_the_block():
+    settings = ServerSettings.from_env({}, 16)
+    assert settings == server()
+    assert (settings.tree_depth, settings.verify_width, settings.top_k) == (15, 16, 15)
+
+
+def test_environment_values():
+    env = {"SGLANG_DDTREE_BUDGET": "63", "SGLANG_DDTREE_MAX_DEPTH": " 8 ", "SGLANG_DDTREE_DRAFT_TEMPERATURE": "0.5"}
+    settings = ServerSettings.from_env(env, 16)
+    assert settings == server(budget=63, max_depth=8, draft_temperature=0.5)
+    assert (settings.tree_depth, settings.verify_width) == (8, 64)
+
+
+def test_empty_variables_mean_defaults():
+    env = {"SGLANG_DDTREE_BUDGET": "", "SGLANG_DDTREE_MAX_DEPTH": "  ", "SGLANG_DDTREE_DRAFT_TEMPERATURE": ""}
+    assert ServerSettings.from_env(env, 8) == server(block=8, budget=7, max_depth=7)
+
+
+@pytest.mark.parametrize(
+    "budget, max_depth, block, depth, width",
+    [
+        (15, 15, 16, 15, 16),  # the reference default: W == block
+        (4, 15, 16, 4, 16),  # a small budget: W stays the block (padding columns), D <= N
+        (16, 15, 16, 15, 17),
+        (255, 3, 16, 3, 256),
+        (1, 1, 2, 1, 2),
+    ],
+)
+def test_widths(budget, max_depth, block, depth, width):
+    settings = server(block=block, budget=budget, max_depth=max_depth)
+    assert (settings.tree_depth, settings.verify_width) == (depth, width)
+    # The reservation of 2 * W slots covers the previous round's <= D + 1 commits plus this round's writes.
+    assert 2 * settings.verify_width >= settings.tree_depth + 1 + max(settings.verify_width, block)
+
+
+@pytest.mark.parametrize(
+    "env, match",
+    [
+        ({"SGLANG_DDTREE_BUDGET": "lots"}, "SGLANG_DDTREE_BUDGET must be an integer"),
+        ({"SGLANG_DDTREE_BUDGET": "0"}, "SGLANG_DDTREE_BUDGET must be >= 1"),
+        ({"SGLANG_DDTREE_BUDGET": "7.5"}, "SGLANG_DDTREE_BUDGET must be an integer"),
+        ({"SGLANG_DDTREE_MAX_DEPTH": "0"}, r"SGLANG_DDTREE_MAX_DEPTH must be in 1\.\.15"),
+        ({"SGLANG_DDTREE_MAX_DEPTH": "16"}, r"SGLANG_DDTREE_MAX_DEPTH must be in 1\.\.15"),
+        ({"SGLANG_DDTREE_DRAFT_TEMPERATURE": "0"}, "SGLANG_DDTREE_DRAFT_TEMPERATURE must be a finite number > 0"),
+        ({"SGLANG_DDTREE_DRAFT_TEMPERATURE": "-1"}, "must be a finite number > 0"),
+        ({"SGLANG_DDTREE_DRAFT_TEMPERATURE": "nan"}, "must be a finite number > 0"),
+        ({"SGLANG_DDTREE_DRAFT_TEMPERATURE": "inf"}, "must be a finite number > 0"),
+        ({"SGLANG_DDTREE_DRAFT_TEMPERATURE": "hot"}, "SGLANG_DDTREE_DRAFT_TEMPERATURE must be a number"),
+    ],
+)
+def test_bad_environment(env, match):
+    with pytest.raises(DDTreeConfigError, match=match):
+        ServerSettings.from_env(env, 16)
+
+
+def test_block_needs_a_drafted_position():
+    with pytest.raises(DDTreeConfigError, match="block size must be >= 2"):
+        ServerSettings.from_env({}, 1)
+
+
+def test_info_keys():
+    assert server(budget=63, max_depth=8).info() == {
+        "ddtree_block_size": 16,
+        "ddtree_budget": 63,
+        "ddtree_max_depth": 8,
+        "ddtree_draft_temperature": 1.0,
+        "ddtree_tree_depth": 8,
+        "ddtree_verify_width": 64,
+    }
+
+
+@pytest.mark.parametrize("params", [None, {}, {"__req__": object(), "temperature_bias": 3}])
+def test_requests_without_ddtree_params_run_the_defaults(params):
+    settings = server(budget=31, max_depth=8, draft_temperature=0.7)
+    assert RequestSettings.from_custom_params(params, settings) == RequestSettings(31, 8, 0.7)
+    assert request_error(params, settings) is None
+
+
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({"ddtree_budget": 0}, RequestSettings(0, 8, 1.0)),
+        ({"ddtree_budget": 31}, RequestSettings(31, 8, 1.0)),
+        ({"ddtree_max_depth": 1, "ddtree_budget": 5}, RequestSettings(5, 1, 1.0)),
+        ({"ddtree_draft_temperature": 2}, RequestSettings(31, 8, 2.0)),
+        ({"ddtree_draft_temperature": 0.25, "__req__": None}, RequestSettings(31, 8, 0.25)),
+    ],
+)
+def test_request_overrides(params, expected):
+    settings = server(budget=31, max_depth=8)
+    out = RequestSettings.from_custom_params(params, settings)
+    assert out == expected
+    assert isinstance(out.draft_temperature, float)
+
+
+def test_request_depth_between_tree_depth_and_max_depth_means_tree_depth():
+    settings = server(budget=4, max_depth=15)  # tree_depth 4: a 4-node tree is at most 4 deep
+    assert RequestSettings.from_custom_params({"ddtree_max_depth": 10}, settings).max_depth == 4
+    assert RequestSettings.defaults(settings).max_depth == 4
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"ddtree_budget": 32}, r"ddtree_budget must be in 0\.\.31"),
+        ({"ddtree_budget": -1}, r"ddtree_budget must be in 0\.\.31"),
+        ({"ddtree_budget": True}, "ddtree_budget must be an integer"),
+        ({"ddtree_budget": "8"}, "ddtree_budget must be an integer"),
+        ({"ddtree_budget": 8.0}, "ddtree_budget must be an integer"),
+        ({"ddtree_max_depth": 9}, r"ddtree_max_depth must be in 1\.\.8"),
+        ({"ddtree_max_depth": 0}, r"ddtree_max_depth must be in 1\.\.8"),
+        ({"ddtree_draft_temperature": 0}, "ddtree_draft_temperature must be a finite number > 0"),
+        ({"ddtree_draft_temperature": math.inf}, "must be a finite number > 0"),
+        ({"ddtree_draft_temperature": "1"}, "ddtree_draft_temperature must be a number"),
+        ({"ddtree_draft_temperature": False}, "ddtree_draft_temperature must be a number"),
+        ({"ddtree_budjet": 3}, r"unknown DDTree request parameters \['ddtree_budjet'\]"),
+    ],
+)
+def test_bad_request_params(params, match):
+    settings = server(budget=31, max_depth=8)
+    with pytest.raises(DDTreeConfigError, match=match):
+        RequestSettings.from_custom_params(params, settings)
+    error = request_error(params, settings)
+    assert error.startswith("DDTREE: ") and str(error)

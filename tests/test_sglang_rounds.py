@@ -1,0 +1,241 @@
+"""The SGLang plugin's round tensors and statistics path, on the CPU without SGLang.
+
+Oracles: the worked-example tree drawn by hand, per-request trees built one at a time by the host
+reference, the library's KV compaction plan and metrics functions.
+"""
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+import torch
+from trees import worked_example_topk
+
+from ddtree_core import build_tree, build_tree_from_topk
+from ddtree_core.encoding import to_retrive
+from ddtree_core.kv import compaction_plan
+from ddtree_core.mask import flat_verify_mask
+from ddtree_core.metrics import SUMMARY_KEYS, round_stats, summarize, target_token_ranks
+from ddtree_core.sglang import plugin
+from ddtree_core.sglang.config import RequestSettings, ServerSettings
+from ddtree_core.sglang.rounds import (
+    committed_path,
+    draft_tree,
+    request_limits,
+    round_stats_from_row,
+    round_stats_rows,
+    summary_from_rows,
+    verify_batch,
+)
+from ddtree_core.verify import emitted_tokens, follow_tree
+
+# The worked example (trees.py) verified 6 wide: root, 10, 12, 13, 11, then one padding column.
+#   root ─┬─ 10 ─┬─ 12
+#         │      └─ 13
+#         └─ 11
+WIDTH = 6
+
+
+def worked_tree(batch=1):
+    topk = worked_example_topk()
+    topk = dataclasses.replace(
+        topk, log_probs=topk.log_probs.expand(batch, -1, -1), token_ids=topk.token_ids.expand(batch, -1, -1)
+    )
+    return build_tree_from_topk(topk, 4, max_budget=WIDTH - 1, impl="reference")
+
+
+def test_verify_batch_worked_example():
+    tree = worked_tree()
+    verify = verify_batch(tree, torch.tensor([7]), torch.tensor([3]), 3, impl="reference")
+    assert verify.tokens.tolist() == [[7, 10, 12, 13, 11, 7]]  # root and padding carry the bonus
+    assert verify.positions.tolist() == [[3, 4, 5, 5, 4, 3]]
+    rows = verify.custom_mask.view(WIDTH, 3 + WIDTH).int().tolist()
+    assert rows == [
+        [1, 1, 1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 1, 0, 1, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0, 1, 0],
+        [1, 1, 1, 0, 0, 0, 0, 0, 1],  # padding: the prefix and itself only
+    ]
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_verify_mask_matches_the_library_layout(impl):
+    tree = worked_tree(batch=2)
+    prefix = torch.tensor([3, 5])
+    verify = verify_batch(tree, torch.tensor([7, 8]), prefix, 8, impl=impl)
+    assert torch.equal(verify.custom_mask, flat_verify_mask(tree, prefix, 8, impl="reference"))
+    assert verify.custom_mask.shape == (WIDTH * 8 + 2 * WIDTH * WIDTH,)
+
+
+def test_committed_path_hand_drawn():
+    tree = worked_tree(batch=2)
+    target = torch.tensor([[10, 13, 7, 7, 7, 7], [99, 0, 0, 0, 0, 0]])  # root→10→13, bonus 7 | no match
+    walk = follow_tree(tree, target, impl="reference")
+    path = committed_path(tree, walk, torch.tensor([3, 10]))
+    assert path.accept_index.tolist() == [[0, 1, 3], [6, -1, -1]]
+    assert path.hidden_rows.tolist() == [[0, 1, 3], [6, 6, 6]]
+    assert path.positions.tolist() == [[3, 4, 5], [10, 11, 12]]
+    assert path.out_tokens.tolist() == [[10, 13, 7], [99, 0, 0]]
+    assert path.commit_lens.tolist() == [3, 1] and path.commit_lens.dtype == torch.int32
+    assert path.new_seq_lens.tolist() == [6, 11]
+
+
+def test_committed_path_moves_what_the_compaction_plan_moves():
+    tree = worked_tree(batch=2)
+    walk = follow_tree(tree, torch.tensor([[11, 0, 0, 0, 5, 0], [10, 12, 42, 0, 0, 0]]), impl="reference")
+    slots = torch.arange(100, 100 + 2 * WIDTH).view(2, WIDTH)
+    path = committed_path(tree, walk, torch.tensor([0, 0]))
+    plan = compaction_plan(walk.accepted, walk.accept_lens, slots, impl="reference")
+    on_path = path.accept_index >= 0
+    # SGLang's move reads out_cache_loc[accept_index] and writes the first accept_len verify slots.
+    assert torch.equal(slots.reshape(-1)[path.accept_index.clamp(min=0)][on_path], plan.src[on_path])
+    assert torch.equal(plan.dst[on_path], slots[:, : path.accept_index.shape[1]][on_path])
+
+
+SERVER = ServerSettings(block_size=6, budget=8, max_depth=4, draft_temperature=0.8)  # D = 4, W = 9
+
+
+def padded_single_tree(logits, budget, depth, temperature):
+    """One request's tree built alone by the host reference, padded to the server's width."""
+    scaled = logits.float() / torch.tensor(temperature)
+    tree = build_tree(scaled, budget, max_depth=depth, draft_temperature=1.0, impl="reference")
+    pad = SERVER.verify_width - tree.width
+
+    def widen(x, fill):
+        return torch.nn.functional.pad(x, (0, pad), value=fill)
+
+    return {
+        "token_ids": widen(tree.token_ids, -1),
+        "parents": widen(tree.parents, -1),
+        "depths": widen(tree.depths, -1),
+        "ranks": widen(tree.ranks, -1),
+        "scores": widen(tree.scores, float("-inf")),
+        "num_nodes": tree.num_nodes,
+    }
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_per_request_limits_give_each_request_its_own_tree(impl):
+    logits = torch.randn(4, SERVER.tree_depth, 50, generator=torch.Generator().manual_seed(3)) * 3
+    requests = [
+        RequestSettings(8, 4, 0.8),
+        RequestSettings(6, 1, 0.5),
+        RequestSettings(5, 2, 0.3),
+        RequestSettings(0, 1, 2.0),
+    ]
+    limits = request_limits(requests, SERVER, torch.device("cpu"))
+    topk, tree = draft_tree(logits, SERVER, limits, impl=impl)
+    assert tree.width == SERVER.verify_width and tree.max_depth == SERVER.tree_depth
+    assert topk.log_probs.shape == (4, SERVER.tree_depth, SERVER.top_k)
+    unlimited = draft_tree(logits, SERVER, request_limits([RequestSettings(8, 4, 0.3)] * 4, SERVER, "cpu"))[1]
+    assert unlimited.depths[2].max() > 2  # the depth limits below bind
+    for b, request in enumerate(requests):
+        single = padded_single_tree(logits[b : b + 1], request.budget, request.max_depth, request.draft_temperature)
+        for name, expected in single.items():
+            got = getattr(tree, name)[b : b + 1]
+            if name == "scores":
+                torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+            else:
+                assert torch.equal(got, expected), (b, name, got, expected)
+
+
+def test_server_defaults_build_the_plain_tree():
+    logits = torch.randn(2, SERVER.tree_depth, 50, generator=torch.Generator().manual_seed(4))
+    assert request_limits([RequestSettings.defaults(SERVER)] * 2, SERVER, torch.device("cpu")) is None
+    _, tree = draft_tree(logits, SERVER, None, impl="reference")
+    plain = build_tree(logits, SERVER.budget, max_depth=SERVER.tree_depth, draft_temperature=0.8, impl="reference")
+    assert torch.equal(tree.parents[:, : plain.width], plain.parents)
+    assert torch.equal(tree.token_ids[:, : plain.width - 1], plain.token_ids)
+    assert (tree.parents[:, plain.width :] == -1).all()
+
+
+def test_request_limits_tensors():
+    limits = request_limits([RequestSettings(8, 4, 0.8), RequestSettings(2, 1, 1.5)], SERVER, torch.device("cpu"))
+    assert limits.budgets.tolist() == [8, 2] and limits.budgets.dtype == torch.int64
+    assert limits.max_depths.tolist() == [4, 1] and limits.max_depths.dtype == torch.int64
+    assert limits.draft_temperatures.tolist() == [0.800000011920929, 1.5]
+    assert limits.draft_temperatures.dtype == torch.float32
+
+
+def first_child_targets(tree, follow):
+    """Target tokens that follow each node's first child in the requests marked `follow`, else a
+    token no node carries."""
+    first = to_retrive(tree, impl="reference").retrive_next_token
+    tokens = tree.node_token_ids().gather(1, first.clamp(min=0))
+    miss = torch.full_like(tokens, 10_000)
+    return torch.where((first >= 0) & torch.tensor(follow).unsqueeze(1), tokens, miss)
+
+
+def stats_round():
+    logits = torch.randn(3, SERVER.tree_depth, 50, generator=torch.Generator().manual_seed(5)) * 4
+    topk, tree = draft_tree(logits, SERVER, None, impl="reference")
+    walk = follow_tree(tree, first_child_targets(tree, [True, False, True]), impl="reference")
+    return topk, tree, walk
+
+
+def test_stats_rows_decode_to_the_library_round_stats():
+    topk, tree, walk = stats_round()
+    rows = round_stats_rows(tree, walk, topk, impl="reference")
+    assert rows.dtype == torch.int32 and rows.shape == (3, 5 + SERVER.tree_depth)
+    ranks = target_token_ranks(topk.token_ids, emitted_tokens(tree, walk), walk.accept_lens, impl="reference")
+    expected = round_stats(tree, walk.accept_lens, ranks, SERVER.top_k)
+    assert [round_stats_from_row(row) for row in rows.tolist()] == expected
+    assert walk.accept_lens.tolist()[1] == 1 and max(walk.accept_lens.tolist()) > 2  # the rounds differ
+
+
+def test_summary_from_rows_is_the_library_summary():
+    topk, tree, walk = stats_round()
+    rows = round_stats_rows(tree, walk, topk).tolist()
+    summary = summary_from_rows(rows)
+    assert tuple(summary) == SUMMARY_KEYS
+    assert summary == summarize([[round_stats_from_row(row) for row in rows]]).to_dict()
+    assert summary["ddtree_num_rounds"] == 3 and summary["ddtree_num_responses"] == 1
+
+
+class FakeReq:
+    """What the scheduler hook reads of SGLang's Req."""
+
+    def __init__(self):
+        self.output_ids = [1]  # the prefill's token
+        self.finished_len = None
+        self.customized_info = None
+
+    @property
+    def output_ids_through_stop(self):
+        return self.output_ids if self.finished_len is None else self.output_ids[: self.finished_len]
+
+    def finished(self):
+        return self.finished_len is not None
+
+
+def test_round_rows_reach_meta_info_as_the_summary():
+    topk, tree, walk = stats_round()
+    result = SimpleNamespace(ddtree_stats=round_stats_rows(tree, walk, topk))
+    req = FakeReq()
+    req.output_ids += [2, 3, 4]
+    plugin._collect_round(None, None, req, None, result, 0, None)
+    assert req.customized_info is None  # nothing travels before the request finishes
+    req.output_ids += [5, 6, 7]
+    req.finished_len = 6  # a stop inside the second round's tokens
+    plugin._collect_round(None, None, req, None, result, 2, None)
+    values = req.customized_info[plugin.ROUNDS_KEY]
+    assert len(values) == 6 and values[:-1] == [None] * 5  # aligned to the emitted tokens
+    rows = result.ddtree_stats.tolist()
+    assert values[-1] == [rows[0], rows[2]]
+
+    meta_info = {"completion_tokens": 6, plugin.ROUNDS_KEY: [None, None] + [values[-1]]}
+    plugin._add_summary(None, None, meta_info, None, 0)
+    assert plugin.ROUNDS_KEY not in meta_info and meta_info["completion_tokens"] == 6
+    assert {k: meta_info[k] for k in SUMMARY_KEYS} == summary_from_rows([rows[0], rows[2]])
+    assert meta_info["ddtree_num_rounds"] == 2
+
+
+def test_hooks_leave_other_results_alone():
+    req = FakeReq()
+    plugin._collect_round(None, None, req, None, SimpleNamespace(), 0, None)
+    assert req.customized_info is None and not hasattr(req, "_ddtree_round_rows")
+    meta_info = {"completion_tokens": 3}
+    plugin._add_summary(None, None, meta_info, None, 0)
+    assert meta_info == {"completion_tokens": 3}
