@@ -86,6 +86,10 @@ def draft_topk(
     impl = ops.resolve(impl, logits.device)
     if impl == "reference":
         return _topk_reference(logits, k, draft_temperature)
+    if impl == "triton":
+        from ddtree_core.kernels import topk
+
+        return topk.draft_topk(logits, k, draft_temperature)
     from ddtree_core import batched
 
     return batched.draft_topk(logits, k, draft_temperature)

@@ -1,5 +1,7 @@
 """Triton kernels for the DDTree hot paths, each the twin of a reference function.
 
+- `topk.draft_topk`: the drafter's top-K lists in one read of the logits (twin of
+  `tree.draft_topk(impl="reference")`: token ids equal, log-probs to the rounding of the logsumexp).
 - `tree_build.build_tree_from_topk`: the draft trees of a batch from their top-K lists
   (twin of `tree.build_tree_from_topk(impl="reference")`, equal field by field).
 - `tree_walk.follow_tree`: the verification walk (twin of `verify.follow_tree`).
