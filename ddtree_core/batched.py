@@ -64,7 +64,7 @@ def build_tree_from_topk(topk: DraftTopK, budget: int | torch.Tensor, max_depth:
     n = max_budget
     budgets = budgets_tensor(budget, batch, device).clamp(max=n)
     if n == 0:
-        return _empty_tree(batch, max_depth, device)
+        return DraftTree.root_only(batch, max_depth, device)
     parent_pos, rank = _candidate_pairs(n, k, device)
     scores = torch.full((batch, n), float("-inf"), device=device)
     scores[:, 0] = 0.0
@@ -162,19 +162,4 @@ def _candidate_pairs(n: int, k: int, device: torch.device) -> tuple[torch.Tensor
     return (
         torch.tensor(parent_pos, dtype=torch.int64, device=device),
         torch.tensor(rank, dtype=torch.int64, device=device),
-    )
-
-
-def _empty_tree(batch: int, max_depth: int, device: torch.device) -> DraftTree:
-    def full(width: int, fill: float, dtype: torch.dtype = torch.int64) -> torch.Tensor:
-        return torch.full((batch, width), fill, dtype=dtype, device=device)
-
-    return DraftTree(
-        token_ids=full(0, -1),
-        parents=full(1, -1),
-        depths=full(1, 0),
-        num_nodes=torch.zeros(batch, dtype=torch.int64, device=device),
-        scores=full(1, 0.0, torch.float32),
-        ranks=full(1, -1),
-        max_depth=max_depth,
     )

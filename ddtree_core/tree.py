@@ -63,6 +63,23 @@ class DraftTree:
     def batch_size(self) -> int:
         return self.parents.shape[0]
 
+    @classmethod
+    def root_only(cls, batch: int, max_depth: int, device: torch.device | str) -> DraftTree:
+        """Trees of width N = 0 (every budget 0): the root column alone."""
+
+        def full(width: int, fill: float, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+            return torch.full((batch, width), fill, dtype=dtype, device=device)
+
+        return cls(
+            token_ids=full(0, -1),
+            parents=full(1, -1),
+            depths=full(1, 0),
+            num_nodes=torch.zeros(batch, dtype=torch.int64, device=device),
+            scores=full(1, 0.0, torch.float32),
+            ranks=full(1, -1),
+            max_depth=max_depth,
+        )
+
     def node_token_ids(self) -> torch.Tensor:
         """[B, N+1] int64: every node's token with the root as -1 (its token is the caller's bonus)."""
         root = self.token_ids.new_full((self.batch_size, 1), -1)

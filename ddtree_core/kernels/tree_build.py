@@ -387,7 +387,7 @@ def build_tree_from_topk(topk: DraftTopK, budget: int | torch.Tensor, max_depth:
     batch, _, k = log_probs.shape
     device = log_probs.device
     if max_budget == 0:
-        return _empty_tree(batch, max_depth, device)
+        return DraftTree.root_only(batch, max_depth, device)
     n = max_budget
     pairs, row_end = _pair_table(n, k, device)
     pool_size = 1 + max_depth * n
@@ -479,22 +479,5 @@ def _alloc_tree(batch: int, n: int, max_depth: int, device: torch.device) -> Dra
         num_nodes=torch.empty(batch, dtype=torch.int64, device=device),
         scores=empty(n + 1, torch.float32),
         ranks=empty(n + 1),
-        max_depth=max_depth,
-    )
-
-
-def _empty_tree(batch: int, max_depth: int, device: torch.device) -> DraftTree:
-    """Trees of width N = 0: the root column only."""
-
-    def full(width: int, fill: float, dtype: torch.dtype = torch.int64) -> torch.Tensor:
-        return torch.full((batch, width), fill, dtype=dtype, device=device)
-
-    return DraftTree(
-        token_ids=full(0, -1),
-        parents=full(1, -1),
-        depths=full(1, 0),
-        num_nodes=torch.zeros(batch, dtype=torch.int64, device=device),
-        scores=full(1, 0.0, torch.float32),
-        ranks=full(1, -1),
         max_depth=max_depth,
     )
