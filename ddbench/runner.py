@@ -95,15 +95,17 @@ def run_sweep(config: SweepConfig, progress: SweepProgress | None = None) -> Swe
     inputs = Inputs(config) if pending else None
     all_cells = write_manifest(folder, config, cells, previous)
     failures: list[str] = []
-    if pending:
-        progress.cells_planned(len(pending))
-        jobs = plan_jobs(config, pending, len(plan_slots(config)))
-        failures = run_jobs(config, folder, jobs, inputs, progress)
-    results = [folder.read_cell(cell) for cell in all_cells]
-    merge_requests(folder, results)
-    from ddbench.report import write_summary
+    try:
+        if pending:
+            progress.cells_planned(len(pending))
+            jobs = plan_jobs(config, pending, len(plan_slots(config)))
+            failures = run_jobs(config, folder, jobs, inputs, progress)
+    finally:  # an interrupted sweep still leaves merged files of the cells it finished
+        from ddbench.report import write_summary
 
-    write_summary(folder, results)
+        results = [folder.read_cell(cell) for cell in all_cells]
+        merge_requests(folder, results)
+        write_summary(folder, results)
     return SweepOutcome(done=len(pending) - len(failures), skipped=len(cells) - len(pending), failed=tuple(failures))
 
 
