@@ -55,7 +55,9 @@ def sweep(
     methods: Annotated[
         Csv, typer.Option(help="Methods, comma list of ar, dflash, ddtree; ar and dflash always run (default: all).")
     ] = None,
-    budgets: Annotated[Csv, typer.Option(help="DDTree node budgets, comma list (default: 16,32,64,128).")] = None,
+    budgets: Annotated[
+        Csv, typer.Option(help="DDTree node budgets, comma list (default: 16,32,64,128; reference engine 16,32,64).")
+    ] = None,
     depths: Annotated[
         Csv, typer.Option(help="DDTree depth limits, comma list; 'auto' = block size - 1 (default: auto).")
     ] = None,
@@ -71,10 +73,11 @@ def sweep(
         Csv, typer.Option(help="Offline dataset mirror (default: $DDBENCH_DATA_DIR, else the hub).")
     ] = None,
     num_prompts: Annotated[
-        int | None, typer.Option(help="Prompts per dataset (default: 128 gsm8k, 164 humaneval, 80 mt-bench).")
+        int | None,
+        typer.Option(help="Prompts per dataset (default: 128 gsm8k, 164 humaneval, 80 mt-bench; reference engine 6)."),
     ] = None,
     max_new_tokens: Annotated[
-        int | None, typer.Option(help="Generated tokens per request at most (default: 2048).")
+        int | None, typer.Option(help="Generated tokens per request at most (default: 2048; reference engine 64).")
     ] = None,
     gpus: Annotated[
         Csv, typer.Option(help="GPU ids, e.g. 0-7 or 0,1 (default: all visible for sglang, none for reference).")
@@ -83,7 +86,7 @@ def sweep(
         int | None, typer.Option(help="GPUs per server: 1 gives one server per GPU, 8 one 8-GPU server (default: 1).")
     ] = None,
     workers: Annotated[
-        int | None, typer.Option(help="CPU reference-engine servers running cells in parallel (default: 1).")
+        int | None, typer.Option(help="CPU reference-engine servers running cells in parallel (default: 2).")
     ] = None,
     out: Annotated[
         Csv, typer.Option(help="Results folder; rerunning into it resumes (default: results/<config name>).")
