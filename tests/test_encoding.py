@@ -4,7 +4,16 @@ import dataclasses
 
 import pytest
 import torch
-from trees import CASES, IMPLS, TENSOR_FIELDS, needs_cuda, random_tree, replay_in_cuda_graph, worked_example_tree
+from trees import (
+    CASES,
+    IMPLS,
+    TENSOR_FIELDS,
+    guided_targets,
+    needs_cuda,
+    random_tree,
+    replay_in_cuda_graph,
+    worked_example_tree,
+)
 
 from ddtree_core.encoding import (
     RetriveArrays,
@@ -110,24 +119,6 @@ def sglang_verify_tree_greedy(candidates, arrays, target_predict, num_speculativ
                 break
         predicts[last] = target[last]
     return accept_index, accept_token_num, predicts
-
-
-def guided_targets(tree, generator, stray=0.2):
-    """The target's token at each node: a child's token, or (with probability `stray`, or at a
-    leaf) a token no node has, so walks both go deep and stop early."""
-    target = torch.full(tree.parents.shape, 10_000, dtype=torch.int64)
-    parents, tokens = tree.parents.tolist(), tree.token_ids.tolist()
-    for b, row in enumerate(parents):
-        children = {}
-        for node in range(1, len(row)):
-            if row[node] >= 0:
-                children.setdefault(row[node], []).append(tokens[b][node - 1])
-        for node, options in children.items():
-            draw = float(torch.rand((), generator=generator))
-            if draw >= stray:  # mostly the rank-0 child, whose subtree is the deepest, else any child
-                pick = 0 if draw < 0.8 else int(torch.randint(0, len(options), (), generator=generator))
-                target[b, node] = options[pick]
-    return target
 
 
 @pytest.mark.parametrize("budget, depth", CASES)

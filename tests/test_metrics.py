@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from trees import CASES, IMPLS, needs_cuda, worked_example_topk, worked_example_tree
+from trees import CASES, IMPLS, guided_targets, needs_cuda, worked_example_topk, worked_example_tree
 
 from ddtree_core import build_tree, draft_topk
 from ddtree_core.metrics import (
@@ -43,24 +43,6 @@ def random_round(budget, depth, seed=0, vocab=300):
     target = guided_targets(tree, generator, vocab)
     walk = follow_tree(tree, target, impl="reference")
     return topk, tree, walk
-
-
-def guided_targets(tree, generator, vocab, stray=0.2):
-    """The target's token at each node: a child's token, or (with probability `stray`, or at a
-    leaf) a random vocabulary token, so walks both go deep and stop early."""
-    target = torch.randint(0, vocab, tree.parents.shape, generator=generator)
-    parents, tokens = tree.parents.tolist(), tree.token_ids.tolist()
-    for b, row in enumerate(parents):
-        children = {}
-        for node in range(1, len(row)):
-            if row[node] >= 0:
-                children.setdefault(row[node], []).append(tokens[b][node - 1])
-        for node, options in children.items():
-            draw = float(torch.rand((), generator=generator))
-            if draw >= stray:  # mostly the rank-0 child, whose subtree is the deepest, else any child
-                pick = 0 if draw < 0.8 else int(torch.randint(0, len(options), (), generator=generator))
-                target[b, node] = options[pick]
-    return target
 
 
 def test_acceptance_length_pooled_and_per_response_differ():

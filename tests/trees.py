@@ -73,3 +73,24 @@ def replay_in_cuda_graph(fn):
     graph.replay()
     torch.cuda.synchronize()
     return out
+
+
+def guided_targets(tree, generator, vocab=None, stray=0.2):
+    """The target's token at each node: a child's token, or (with probability `stray`, or at a leaf) a
+    token no node has (10_000), or with `vocab` a random vocabulary token, so walks go deep and stop early."""
+    if vocab is None:
+        target = torch.full(tree.parents.shape, 10_000, dtype=torch.int64)
+    else:
+        target = torch.randint(0, vocab, tree.parents.shape, generator=generator)
+    parents, tokens = tree.parents.tolist(), tree.token_ids.tolist()
+    for b, row in enumerate(parents):
+        children = {}
+        for node in range(1, len(row)):
+            if row[node] >= 0:
+                children.setdefault(row[node], []).append(tokens[b][node - 1])
+        for node, options in children.items():
+            draw = float(torch.rand((), generator=generator))
+            if draw >= stray:  # mostly the rank-0 child, whose subtree is the deepest, else any child
+                pick = 0 if draw < 0.8 else int(torch.randint(0, len(options), (), generator=generator))
+                target[b, node] = options[pick]
+    return target
