@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -108,11 +109,23 @@ class ServerSpec:
         return label + (f"-gpu{'_'.join(map(str, self.gpus))}" if self.gpus else "")
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# SGLang derives more ports from --port (its gRPC port is --port + 10000 and must stay <= 65535; ZMQ and
+# NCCL ports follow it), so servers get ports from a range that leaves room above.
+PORT_RANGE = (20000, 45000)
+
+
+def free_port(low: int = PORT_RANGE[0], high: int = PORT_RANGE[1]) -> int:
+    """A TCP port in [low, high) that nobody listens on right now."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ServerError(f"no free TCP port in [{low}, {high})")
 
 
 class Server:

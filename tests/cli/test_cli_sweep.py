@@ -302,3 +302,12 @@ def test_serve_runs_one_server_until_interrupted(tiny_pair, tmp_path):
         assert process.wait(timeout=60) == 0
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+
+
+def test_free_port_leaves_room_for_sglang_derived_ports():
+    """SGLang refuses --port above 55535 (its gRPC port is --port + 10000)."""
+    from ddbench.server import PORT_RANGE, free_port
+
+    ports = {free_port() for _ in range(50)}
+    assert all(PORT_RANGE[0] <= port < PORT_RANGE[1] for port in ports)
+    assert max(ports) + 10000 <= 65535
