@@ -10,12 +10,14 @@
       summary.csv              one row per cell (ddbench.report.summarize)
 
 Every file is written to a temporary name and renamed into place, so a crash never leaves a half file
-and a rerun sees a cell either finished or not. Report, plot and compare read only this folder.
+and a rerun sees a cell either finished or not. Report, plot and compare read only this folder; they also
+read a folder archived with `gzip cells/*.jsonl requests.jsonl` (a rerun into it would write plain files).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import json
 import os
@@ -117,6 +119,13 @@ def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file, or of its gzipped copy `<path>.gz` (archived results folders)."""
+    packed = path.with_name(path.name + ".gz")
+    if not path.exists() and packed.exists():
+        with gzip.open(packed, "rt") as stream:
+            return [json.loads(line) for line in stream if line.strip()]
+    if not path.exists():
+        raise DDBenchError(f"{path} is missing (neither it nor {packed.name} exists)")
     with open(path) as stream:
         return [json.loads(line) for line in stream if line.strip()]
 

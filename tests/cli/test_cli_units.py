@@ -452,3 +452,18 @@ def test_testbed_prepare_prints_the_cached_folder(tmp_path):
         (folder / name).write_text("{}")
     result = CliRunner().invoke(app, ["testbed", "prepare", "--cache-dir", str(tmp_path)])
     assert result.exit_code == 0 and result.stdout.strip() == str(folder)
+
+
+def test_read_jsonl_reads_a_gzipped_archive_and_names_a_missing_file(tmp_path):
+    import gzip
+
+    from ddbench.results import read_jsonl, write_jsonl
+
+    rows = [{"a": 1}, {"b": [2, 3]}]
+    write_jsonl(tmp_path / "plain.jsonl", rows)
+    with gzip.open(tmp_path / "packed.jsonl.gz", "wt") as stream:
+        stream.writelines(json.dumps(row) + "\n" for row in rows)
+    assert read_jsonl(tmp_path / "plain.jsonl") == rows
+    assert read_jsonl(tmp_path / "packed.jsonl") == rows
+    with pytest.raises(DDBenchError, match="missing.jsonl is missing"):
+        read_jsonl(tmp_path / "missing.jsonl")
