@@ -5,7 +5,6 @@ import json
 import socket
 import time
 
-import datasets as hf_datasets
 import pytest
 
 from ddbench.datasets import (
@@ -22,6 +21,8 @@ from ddbench.datasets import (
     shuffle_order,
     split_prompts,
 )
+
+hf_datasets = pytest.importorskip("datasets")  # a dev dependency; the GPU image lacks it
 
 GSM8K_0 = (
     "Janet\u2019s ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins for "
