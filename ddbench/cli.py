@@ -304,6 +304,50 @@ def compare(
         raise typer.Exit(code=1)
 
 
+@app.command()
+def diverge(
+    results: Annotated[Path, typer.Argument(help="Results folder written by `ddbench sweep` (with AR cells).")],
+    model: Annotated[str | None, typer.Option(help="The run's target model folder (default: the manifest's).")] = None,
+    data_dir: Annotated[str | None, typer.Option(help="Offline dataset mirror (default: the manifest's).")] = None,
+    tie_threshold: Annotated[
+        float, typer.Option(help="Largest |logit(AR token) - logit(other token)| called a near-tie.")
+    ] = 0.5,
+    dtype: Annotated[str, typer.Option(help="dtype of the offline target run: float32 | bfloat16.")] = "float32",
+    device: Annotated[str, typer.Option(help="Device of the offline target run: cpu | cuda.")] = "cpu",
+    out: Annotated[Path | None, typer.Option(help="Folder for divergences.csv/.md (default: RESULTS).")] = None,
+) -> None:
+    """First divergences of greedy outputs from AR and the target's logit gap there; exit 1 if one is no near-tie."""
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from ddbench import diverge as analysis
+
+    try:
+        with Progress(console=_console(stderr=True), transient=True) as bar:
+
+            def progress(total: int):
+                task = bar.add_task("target logits at divergences", total=total)
+                return lambda: bar.advance(task)
+
+            rows, cells = analysis.run(
+                results, model=model, data_dir=data_dir, tie_threshold=tie_threshold, dtype=dtype, device=device,
+                progress=progress,
+            )  # fmt: skip
+        analysis.write(out or results, rows, cells, tie_threshold)
+    except DDBenchError as error:
+        raise fail(str(error)) from None
+    table = Table("cell", "compared", "identical", "near-tie", "not a tie", "max |gap|", "history differs")
+    for cell in cells:
+        gap = "-" if cell.max_abs_gap is None else f"{cell.max_abs_gap:.3f}"
+        row = (cell.compared, cell.identical, cell.near_ties, cell.not_ties)
+        table.add_row(cell.cell_id, *map(str, row), gap, str(cell.history_differs))
+    _console().print(table)
+    bad = sum(cell.not_ties for cell in cells)
+    _console().print(f"{len(rows)} divergences, {bad} not near-ties (threshold {tie_threshold:g}); {out or results}")
+    if bad:
+        raise typer.Exit(code=1)
+
+
 @app.command("baseline")
 def baseline_command(
     model: Annotated[str, typer.Option(help="Target model folder.")],
@@ -392,6 +436,16 @@ def kernels(ctx: typer.Context) -> None:
     bench = typer.Typer(add_completion=False)
     bench.command()(kernel_bench.main)
     bench(args=list(ctx.args), prog_name="ddbench kernels")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
+def cost(ctx: typer.Context) -> None:
+    """Verify cost of a random Qwen3-shaped target (ddbench/cost_bench.py); `ddbench cost --help` for options."""
+    from ddbench import cost_bench
+
+    bench = typer.Typer(add_completion=False)
+    bench.command()(cost_bench.main)
+    bench(args=list(ctx.args), prog_name="ddbench cost")
 
 
 @testbed_app.command("prepare")
