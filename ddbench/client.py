@@ -186,8 +186,10 @@ class Inputs:
 def run_cell(
     config: SweepConfig, cell: Cell, url: str, inputs: Inputs, on_request: Callable[[Cell], None]
 ) -> tuple[list[RequestRecord], float]:
-    """All prompts of the cell's dataset, `concurrency` conversations at a time; (records, wall seconds)."""
+    """All prompts of the cell's dataset, `concurrency` conversations at a time, after an unmeasured warm-up
+    burst (warm_up_cell); (records, wall seconds)."""
     params = sampling_params(cell, config)
+    warm_up_cell(config, cell, url, inputs)
     limits = httpx.Limits(max_connections=cell.concurrency + 1)
     with httpx.Client(timeout=config.request_timeout_s, limits=limits) as http:
         start = time.perf_counter()
@@ -202,6 +204,32 @@ def run_cell(
             records = [record for future in futures for record in future.result()]
         wall_s = time.perf_counter() - start
     return sorted(records, key=lambda r: (r.prompt_index, r.turn)), wall_s
+
+
+WARMUP_TOKENS = 4  # the i-th warm-up request asks for WARMUP_TOKENS * (i + 1) tokens
+
+
+def warm_up_cell(config: SweepConfig, cell: Cell, url: str, inputs: Inputs) -> None:
+    """`concurrency` unmeasured requests with the cell's sampling params before its measured ones.
+
+    Their lengths are staggered, so the running batch shrinks through every size from `concurrency`
+    to 1 and code specialised per batch size (Triton kernels compiled on first use, say) is built
+    here rather than inside the measurement. Greedy or not, the answers are discarded.
+    """
+    prompt = inputs.prompts[cell.dataset][0]
+    from ddbench.datasets import chat_messages
+
+    input_ids = inputs.encode(chat_messages(prompt))
+    params = sampling_params(cell, config)
+    with httpx.Client(timeout=config.request_timeout_s) as http:
+        with ThreadPoolExecutor(max_workers=cell.concurrency) as pool:
+            futures = [
+                pool.submit(generate, http, url, input_ids, {**params, "max_new_tokens": WARMUP_TOKENS * (i + 1)},
+                            stream=False)
+                for i in range(cell.concurrency)
+            ]  # fmt: skip
+            for future in futures:
+                future.result()
 
 
 def _conversation(http, url, cell, prompt, params, inputs, cell_start, stream, on_request) -> list[RequestRecord]:

@@ -1,5 +1,6 @@
 """ddbench pieces that need no inference server: config, summaries, baselines, compare, client, servers."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -316,6 +317,19 @@ def test_compare_strict_and_output_divergence():
 
 def mock_client(handler) -> httpx.Client:
     return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+def test_warm_up_sends_one_staggered_request_per_concurrent_slot(monkeypatch):
+    """The batch then shrinks through every size from the concurrency to 1 before the measured requests."""
+    sent = []
+    monkeypatch.setattr(client, "generate", lambda http, url, ids, params, stream: sent.append((ids, params)))
+    inputs = types.SimpleNamespace(
+        prompts={TREE.dataset: [types.SimpleNamespace(turns=("hi",))]}, encode=lambda messages: [7, 8]
+    )
+    cell = dataclasses.replace(TREE, concurrency=3)
+    client.warm_up_cell(build_config({**MODELS, "max_new_tokens": 64}, {}), cell, "http://x", inputs)
+    assert sorted(params["max_new_tokens"] for _, params in sent) == [4, 8, 12]
+    assert all(ids == [7, 8] and params["custom_params"]["ddtree_budget"] == 8 for ids, params in sent)
 
 
 def test_client_plain_request_sends_ids_and_custom_params():
