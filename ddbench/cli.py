@@ -275,6 +275,10 @@ def compare(
     min_match: Annotated[
         float | None, typer.Option(help="Least share of outputs equal to the baseline's (default: not checked).")
     ] = None,
+    equal_accept_tol: Annotated[
+        float | None,
+        typer.Option(help="Allowed relative drop of tau over the identical outputs (default: not checked)."),
+    ] = None,
     strict: Annotated[
         bool, typer.Option(help="Also fail when tau or speedup exceed the baseline by more than the tolerance.")
     ] = False,
@@ -290,7 +294,9 @@ def compare(
     from ddbench.compare import compare as compare_runs
     from ddbench.results import write_atomic
 
-    tolerances = Tolerances(accept_tol, hist_tol, depth_tol, speedup_tol, parity_tol, min_match, strict, speed)
+    tolerances = Tolerances(
+        accept_tol, hist_tol, depth_tol, speedup_tol, parity_tol, min_match, equal_accept_tol, strict, speed
+    )
     try:
         deltas = compare_runs(results, load_baseline(baseline, dataset=dataset, temperature=temperature), tolerances)
     except DDBenchError as error:

@@ -20,6 +20,9 @@ concurrency where the baseline has one. Deltas are results minus baseline. Accep
 pooled tau when both sides have it, else the per-response mean (what offline harnesses print).
 Requests match on the hash of the prompt's token ids; `match` is the fraction of matched requests
 with identical output ids and `first_div` the earliest divergences (p<prompt>t<turn>@<token index>).
+`tau equal` is the pooled acceptance of both sides over the requests whose outputs are identical: two
+engines whose greedy outputs part at a bf16 near-tie (see `ddbench diverge`) then accept on different
+text, and only the requests they answered alike compare their trees and walks like for like.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddbench.baseline import OfflineCell, offline_cells_from_pt, read_zlab_json
 from ddbench.config import DDBenchError
-from ddbench.report import CellSummary, summarize
+from ddbench.report import CellSummary, request_accept_lens, summarize
 from ddbench.results import CellResult, RunFolder, find_run_folder, load_cells
 from ddtree_core import metrics
 
@@ -50,6 +53,7 @@ class Side:
     parity: float | None
     outputs: dict[str, tuple[int, ...]]  # prompt hash -> output ids
     labels: dict[str, str]  # prompt hash -> "p<prompt index>t<turn>" where known
+    accept_lens: dict[str, tuple[int, ...]] = field(default_factory=dict)  # prompt hash -> tau per round
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Tolerances:
     speedup: float = 0.10  # relative drop of speedup
     parity: float = 0.05  # absolute drop of parity vs AR
     min_match: float | None = None  # least fraction of outputs equal to the baseline's
+    accept_equal: float | None = None  # relative drop of tau over the identical outputs (None: not checked)
     strict: bool = False  # also fail on tau or speedup above the baseline by more than the tolerance
     check_speed: bool = True
 
@@ -75,6 +80,7 @@ class CellDelta:
     speedup: tuple[float, float] | None
     parity: tuple[float, float] | None
     match: float | None
+    accept_equal: tuple[float, float, int] | None  # (ours, baseline, requests) over identical outputs
     divergences: tuple[str, ...]  # "p<index>t<turn>@<position>" of the first few differing outputs
     failures: tuple[str, ...]  # which checks failed
 
@@ -111,11 +117,12 @@ def sides_from_results(results: Sequence[CellResult]) -> list[Side]:
         records = by_key[row.cell.key].records
         outputs = {r.prompt_hash: r.output_ids for r in records}
         labels = {r.prompt_hash: f"p{r.prompt_index}t{r.turn}" for r in records}
-        sides.append(_side_from_summary(row, outputs, labels))
+        accept_lens = {r.prompt_hash: tuple(request_accept_lens(r) or ()) for r in records}
+        sides.append(_side_from_summary(row, outputs, labels, accept_lens))
     return sides
 
 
-def _side_from_summary(row: CellSummary, outputs: dict, labels: dict) -> Side:
+def _side_from_summary(row: CellSummary, outputs: dict, labels: dict, accept_lens: dict) -> Side:
     return Side(
         key=row.cell.key,
         acceptance_length=row.acceptance_length,
@@ -126,6 +133,7 @@ def _side_from_summary(row: CellSummary, outputs: dict, labels: dict) -> Side:
         parity=row.parity,
         outputs=outputs,
         labels=labels,
+        accept_lens=accept_lens,
     )
 
 
@@ -141,6 +149,7 @@ def side_from_offline(cell: OfflineCell) -> Side:
         parity=cell.parity,
         outputs={r.prompt_hash: r.output_ids for r in cell.responses},
         labels=labels,
+        accept_lens={r.prompt_hash: tuple(r.acceptance_lengths) for r in cell.responses},
     )
 
 
@@ -197,6 +206,7 @@ def compare_cells(ours: Side, theirs: Side, tolerances: Tolerances) -> CellDelta
     speedup = _pair(ours.speedup_vs_ar, theirs.speedup_vs_ar)
     parity = _pair(ours.parity, theirs.parity)
     match, divergences = _output_match(ours, theirs)
+    accept_equal = _equal_output_accept(ours, theirs)
     failures = []
     if accept and _out_of(accept, tolerances.accept, tolerances.strict):
         failures.append("acceptance")
@@ -210,7 +220,12 @@ def compare_cells(ours: Side, theirs: Side, tolerances: Tolerances) -> CellDelta
         failures.append("parity")
     if tolerances.min_match is not None and match is not None and match < tolerances.min_match:
         failures.append("match")
-    return CellDelta(ours.key, accept, hist, depth, speedup, parity, match, divergences, tuple(failures))
+    if tolerances.accept_equal is not None and accept_equal is not None:
+        if _out_of(accept_equal[:2], tolerances.accept_equal, tolerances.strict):
+            failures.append("acceptance on equal outputs")
+    return CellDelta(
+        ours.key, accept, hist, depth, speedup, parity, match, accept_equal, divergences, tuple(failures)
+    )
 
 
 def _accept_pair(ours: Side, theirs: Side) -> tuple[float, float] | None:
@@ -258,6 +273,23 @@ def _output_match(ours: Side, theirs: Side) -> tuple[float | None, tuple[str, ..
     return 1 - len(divergences) / len(shared), tuple(f"{label}@{index}" for index, label in divergences[:3])
 
 
+def _equal_output_accept(ours: Side, theirs: Side) -> tuple[float, float, int] | None:
+    """Pooled tau of each side over the shared prompts with identical outputs and known rounds."""
+    equal = [
+        key
+        for key, output in ours.outputs.items()
+        if theirs.outputs.get(key) == output and ours.accept_lens.get(key) and theirs.accept_lens.get(key)
+    ]
+    if not equal:
+        return None
+
+    def pooled(side: Side) -> float:
+        lens = [tau for key in equal for tau in side.accept_lens[key]]
+        return sum(lens) / len(lens)
+
+    return pooled(ours), pooled(theirs), len(equal)
+
+
 def compare(results_path: str | Path, baseline: Sequence[Side], tolerances: Tolerances) -> list[CellDelta]:
     """Every matched cell's deltas (DDBenchError when nothing matches)."""
     folder: RunFolder = find_run_folder(results_path)
@@ -290,6 +322,10 @@ def _value(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _equal_cell(equal: tuple[float, float, int] | None) -> str:
+    return "-" if equal is None else f"{_delta(equal[:2])} ({equal[2]})"
+
+
 COMPARISON_COLUMNS = (
     ("cell", lambda d: _key_label(d.key)),
     ("tau (ours vs base)", lambda d: _delta(d.accept)),
@@ -298,6 +334,7 @@ COMPARISON_COLUMNS = (
     ("speedup", lambda d: _delta(d.speedup, 2)),
     ("parity", lambda d: _delta(d.parity, 2)),
     ("match", lambda d: _value(d.match)),
+    ("tau equal (n)", lambda d: _equal_cell(d.accept_equal)),
     ("first div", lambda d: ", ".join(d.divergences) or "-"),
     ("verdict", lambda d: "ok" if d.ok else "REGRESSION: " + ", ".join(d.failures)),
 )

@@ -272,7 +272,7 @@ def test_liranringel_pt_file(tmp_path):
     assert tree.responses[0].prompt_hash == prompt_hash([5, 6])
 
 
-def side(accept, histogram=(0.5, 0.5), speedup=2.0, parity=1.0, outputs=None):
+def side(accept, histogram=(0.5, 0.5), speedup=2.0, parity=1.0, outputs=None, accept_lens=None):
     return compare.Side(
         key=TREE.key,
         acceptance_length=accept,
@@ -283,6 +283,7 @@ def side(accept, histogram=(0.5, 0.5), speedup=2.0, parity=1.0, outputs=None):
         parity=parity,
         outputs=outputs or {},
         labels={},
+        accept_lens=accept_lens or {},
     )
 
 
@@ -310,6 +311,17 @@ def test_compare_strict_and_output_divergence():
     delta = compare.compare_cells(ours, theirs, strict)
     assert delta.failures == ("acceptance", "match")
     assert delta.match == 0.5 and delta.divergences == ("h2@1",)
+
+
+def test_compare_acceptance_over_identical_outputs():
+    """Only h1 is answered alike: its rounds (3 + 1) / 2 vs (2 + 2) / 2 are compared; h2 diverged."""
+    ours = side(2.5, outputs={"h1": (1, 2, 3), "h2": (4, 5)}, accept_lens={"h1": (3, 1), "h2": (1, 1)})
+    theirs = side(2.0, outputs={"h1": (1, 2, 3), "h2": (4, 6)}, accept_lens={"h1": (2, 2), "h2": (2,)})
+    assert compare.compare_cells(ours, theirs, compare.Tolerances()).accept_equal == (2.0, 2.0, 1)
+    lower = side(2.0, outputs={"h1": (1, 2, 3)}, accept_lens={"h1": (1, 1, 1)})
+    delta = compare.compare_cells(lower, theirs, compare.Tolerances(accept_equal=0.02))
+    assert delta.accept_equal == (1.0, 2.0, 1) and delta.failures == ("acceptance on equal outputs",)
+    assert compare.compare_cells(lower, theirs, compare.Tolerances()).failures == ()  # not checked by default
 
 
 # --- client ----------------------------------------------------------------------------------------
