@@ -239,3 +239,30 @@ def test_hooks_leave_other_results_alone():
     meta_info = {"completion_tokens": 3}
     plugin._add_summary(None, None, meta_info, None, 0)
     assert meta_info == {"completion_tokens": 3}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("per_request", [False, True], ids=["server-defaults", "per-request"])
+def test_worker_round_tensors_never_sync_on_cuda(per_request):
+    """Everything the worker computes between the drafter's logits and SGLang's KV helpers, under
+    torch.cuda.set_sync_debug_mode("error"): a host sync would stall overlap scheduling every round."""
+    server = ServerSettings(block_size=16, budget=64, max_depth=15, draft_temperature=1.0)
+    batch, vocab = 4, 49152
+    logits = torch.randn(batch, server.tree_depth, vocab, device="cuda").bfloat16()
+    bonus = torch.randint(0, vocab, (batch,), device="cuda")
+    prefix = torch.tensor([100, 7, 300, 42], device="cuda")
+    settings = [RequestSettings(budget, 15, 1.0) for budget in (64, 15, 32, 1)]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        limits = request_limits(settings, server, "cuda") if per_request else None
+        topk, tree = draft_tree(logits, server, limits)
+        verify = verify_batch(tree, bonus, prefix, prefix_total=449)
+        target = torch.randint(0, vocab, verify.tokens.shape, device="cuda")
+        walk = follow_tree(tree, target)
+        path = committed_path(tree, walk, prefix)
+        rows = round_stats_rows(tree, walk, topk)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert rows.shape == (batch, 5 + server.tree_depth) and path.new_seq_lens.device.type == "cuda"

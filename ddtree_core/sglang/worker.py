@@ -37,6 +37,7 @@ from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcac
 
 from ddtree_core.sglang import info, rounds
 from ddtree_core.sglang.config import DDTreeConfigError, RequestSettings
+from ddtree_core.sglang.profile import StageTimer
 from ddtree_core.sglang.spec_algo import draft_server_args, settings_of
 from ddtree_core.verify import follow_tree, sample_target_tokens
 
@@ -78,6 +79,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self._logits_processor = target_worker.model_runner.model.logits_processor
         self._logits_metadata = LogitsMetadata(forward_mode=ForwardMode.DECODE)
         self._warned_request_settings = False
+        self._timer = StageTimer.from_env(self.device)
         if self.tp_rank == 0:
             logger.info("DDTREE worker ready: %s", self.settings.info())
 
@@ -101,28 +103,38 @@ class DDTreeWorker(DFlashWorkerV2):
         return self._decode_round(batch, on_publish)
 
     def _decode_round(self, batch, on_publish):
-        draft_input = batch.spec_info
+        draft_input, timer = batch.spec_info, self._timer
         if batch.seq_lens.is_cuda:  # it may come from the previous overlap iteration's stream
             batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
         prefix_lens = batch.seq_lens
-        cache_loc = self._verify_cache_loc(batch)
-        draft_hidden = self._draft_block(batch, draft_input, cache_loc)
-        draft_logits = self._draft_logits(draft_hidden[:, 1 : 1 + self.settings.tree_depth])
-        limits = rounds.request_limits(self._request_settings(batch.reqs), self.settings, self.device)
-        topk, tree = rounds.draft_tree(draft_logits, self.settings, limits)
-        verify = rounds.verify_batch(tree, draft_input.bonus_tokens, prefix_lens, _prefix_total(batch, draft_input))
+        with timer.stage("draft"):
+            cache_loc = self._verify_cache_loc(batch)
+            draft_hidden = self._draft_block(batch, draft_input, cache_loc)
+            draft_logits = self._draft_logits(draft_hidden[:, 1 : 1 + self.settings.tree_depth])
+        with timer.stage("tree"):
+            limits = rounds.request_limits(self._request_settings(batch.reqs), self.settings, self.device)
+            topk, tree = rounds.draft_tree(draft_logits, self.settings, limits)
+        with timer.stage("verify_inputs"):
+            prefix_total = _prefix_total(batch, draft_input)
+            verify = rounds.verify_batch(tree, draft_input.bonus_tokens, prefix_lens, prefix_total)
         # The verify forward writes its KV there, and the KV move below reads the path's slots from it.
         batch.out_cache_loc = cache_loc.reshape(-1)
-        logits_output, can_run_cuda_graph = self._verify(batch, draft_input, verify)
-        walk = follow_tree(tree, self._target_tokens(batch, logits_output))
-        path = rounds.committed_path(tree, walk, prefix_lens)
-        move_accept_tokens_to_target_kvcache(
-            batch, path.accept_index, path.commit_lens - 1, self.model_runner.token_to_kv_pool_allocator
-        )
-        if on_publish is not None:
-            on_publish(path.new_seq_lens)
-        self._commit_draft_kv(logits_output.hidden_states, cache_loc, path)
+        with timer.stage("verify"):
+            logits_output, can_run_cuda_graph = self._verify(batch, draft_input, verify)
+        with timer.stage("walk"):
+            walk = follow_tree(tree, self._target_tokens(batch, logits_output))
+            path = rounds.committed_path(tree, walk, prefix_lens)
+        with timer.stage("commit"):
+            move_accept_tokens_to_target_kvcache(
+                batch, path.accept_index, path.commit_lens - 1, self.model_runner.token_to_kv_pool_allocator
+            )
+            if on_publish is not None:
+                on_publish(path.new_seq_lens)
+            self._commit_draft_kv(logits_output.hidden_states, cache_loc, path)
         logits_output.hidden_states = None  # no D2H of the verify hidden states
+        with timer.stage("stats"):
+            stats = rounds.round_stats_rows(tree, walk, topk)
+        timer.round_done(len(batch.reqs))
         return info.DDTreeBatchResult(
             logits_output=logits_output,
             next_token_ids=path.out_tokens.reshape(-1),
@@ -133,7 +145,7 @@ class DDTreeWorker(DFlashWorkerV2):
             ),
             speculative_num_draft_tokens=path.out_tokens.shape[1],  # the stride of next_token_ids
             new_seq_lens=path.new_seq_lens,
-            ddtree_stats=rounds.round_stats_rows(tree, walk, topk),
+            ddtree_stats=stats,
         )
 
     def _verify_cache_loc(self, batch) -> torch.Tensor:
