@@ -12,7 +12,8 @@ Hooks (HookRegistry; each acts only when the server runs DDTREE):
 - dflash_utils.validate_dflash_request (AROUND): admission also checks the ddtree_* custom_params and
   refuses min_p (the tree walk samples temperature / top-p / top-k only).
 - SchedulerBatchResultProcessor._handle_finish_state_updated_req (AFTER): keeps each request's
-  per-round stats rows; when it finishes, puts them into customized_info at its last token.
+  per-round stats rows; when it finishes, puts them into customized_info at its last token. With
+  --enable-metrics it also records each row in the DDTree Prometheus metrics (prometheus.py).
 - TokenizerManager._calculate_spec_decoding_metrics (AFTER): turns those rows into the
   metrics.SUMMARY_KEYS entries of the finished request's meta_info.
 - Scheduler.get_init_info (AFTER): the DDTree settings appear in /server_info.
@@ -135,7 +136,8 @@ def _validate_request(original, req, enable_overlap):
 
 
 def _collect_round(ret, processor, req, batch, result, i, logits_output):
-    """Keep request i's stats row of this round; at its finish publish all rows at its last token.
+    """Keep request i's stats row of this round (and record it on /metrics when SGLang records scheduler
+    metrics); at its finish publish all rows at its last token.
 
     customized_info values are per output token (the output streamer slices them by token offsets),
     so the rows go at index len(output_ids_through_stop) - 1 behind None padding.
@@ -147,7 +149,11 @@ def _collect_round(ret, processor, req, batch, result, i, logits_output):
     if rows is None:
         rows = []
         setattr(req, _ROUNDS_ATTR, rows)
-    rows.append(stats[i].tolist())
+    row = stats[i].tolist()
+    rows.append(row)
+    from ddtree_core.sglang.prometheus import observe_round
+
+    observe_round(processor, row)
     num_tokens = len(req.output_ids_through_stop)
     if req.finished() and num_tokens > 0:
         if req.customized_info is None:
