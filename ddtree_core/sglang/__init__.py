@@ -11,6 +11,8 @@ follows the target's own tokens through it and commits the accepted path.
 - spec_algo.py: the algorithm object SGLang dispatches on, server-argument checks and resolution;
 - info.py: the verify input and the batch result handed to SGLang;
 - worker.py: the DDTree worker (a DFlashWorkerV2 whose decode round builds and verifies the tree);
+- prometheus.py: DDTree histograms on /metrics (--enable-metrics);
+- profile.py: per-stage time of the decode round (SGLANG_DDTREE_PROFILE_EVERY);
 - plugin.py: `register()`, the entry point of group `sglang.srt.plugins`, and the hooks;
 - launch_server.py: `python -m ddtree_core.sglang.launch_server <sglang args>`.
 
