@@ -13,6 +13,7 @@
 #   parity-p16  the same at page size 16
 #   profile     per-stage round time (SGLANG_DDTREE_PROFILE_EVERY) at budgets 15 and 128, one server each
 #   grid        tokens/s grid: one server per budget (verify width = budget + 1), concurrency 1..32
+#   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
 set -uo pipefail
@@ -92,6 +93,9 @@ sweeps)
       grid)  # tokens/s: DDTree servers started at each budget (verify width budget + 1) vs DFLASH vs AR
         sweep grid --datasets gsm8k,humaneval --num-prompts 64 --budgets 15,32,64,128 --concurrency 1,4,16,32 \
           --restart-per-budget "${FAST[@]}" ;;
+      sampled)
+        sweep sampled --datasets gsm8k,humaneval --num-prompts 40 --budgets 15,64 --temperatures 1 \
+          --concurrency 1,16 "${FAST[@]}" ;;
       kvleak)
         for page in 1 16; do
           serve_ddtree "kvleak-server-p$page" 31000 64 --enable-metrics --page-size $page \
