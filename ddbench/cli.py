@@ -243,6 +243,37 @@ def report(
 
 
 @app.command()
+def recommend(
+    results: Annotated[Path, typer.Argument(help="Results folder written by `ddbench sweep`.")],
+    metric: Annotated[str, typer.Option(help="What to maximise: tokens_per_s | speedup_vs_ar.")] = "tokens_per_s",
+    dataset: Annotated[
+        str | None, typer.Option(help="Dataset(s) to pool, comma list (default: every dataset in RESULTS).")
+    ] = None,
+    temperature: Annotated[float | None, typer.Option(help="Only this sampling temperature (default: all).")] = None,
+    min_parity: Annotated[
+        float | None, typer.Option(help="Refuse DFLASH/DDTree settings whose parity with AR is below this.")
+    ] = None,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the recommendation as JSON.")] = None,
+) -> None:
+    """Best method and DDTree setting per temperature and concurrency, and the server and request settings for it."""
+    from ddbench import recommend as advice
+    from ddbench.report import summarize
+    from ddbench.results import find_run_folder, load_cells, write_json
+
+    try:
+        folder = find_run_folder(results)
+        measurement = advice.Measurement.from_manifest(folder.read_manifest())
+        rows = summarize(load_cells(folder))
+        choices = advice.recommend(rows, metric, as_list(dataset) if dataset else None, temperature, min_parity)
+    except DDBenchError as error:
+        raise fail(str(error)) from None
+    deployment = advice.deploy(choices, measurement)
+    advice.print_recommendation(choices, measurement, deployment, _console())
+    if json_file is not None:
+        write_json(json_file, advice.to_json(choices, measurement, deployment))
+
+
+@app.command()
 def plot(
     results: Annotated[Path, typer.Argument(help="Results folder written by `ddbench sweep`.")],
     out: Annotated[Path | None, typer.Option(help="Folder for the PNG files (default: RESULTS/plots).")] = None,
