@@ -15,6 +15,7 @@
 #   grid        tokens/s grid: one server per budget (verify width = budget + 1), concurrency 1..32
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
+#   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
 set -uo pipefail
 W=/tmp/dd
@@ -63,7 +64,7 @@ sweeps)
   T=$W/cache/SmolLM2-135M-Instruct
   sweep() {
     local name=$1; shift
-    python3 -m ddbench sweep --engine sglang --gpus 0 --model "$T" --draft "$W/repo/ddbench/assets/SmolLM2-135M-Instruct-DFlash-b16" --data-dir "$W/data" \
+    python3 -m ddbench sweep --engine sglang --gpus "${GPUS:-0}" --model "${MODEL:-$T}" --draft "$W/repo/ddbench/assets/SmolLM2-135M-Instruct-DFlash-b16" --data-dir "$W/data" \
       --max-new-tokens 128 --out "$W/runs/$name" "${SERVER[@]}" "$@"
     echo "$name rc=$?" >> "$W/done"
   }
@@ -107,6 +108,11 @@ sweeps)
           pkill -f "[l]aunch_server.*--port 31000"; sleep 5
         done
         echo "kvleak rc=0" >> "$W/done" ;;
+      tp2)
+        P=$W/cache/SmolLM2-135M-Instruct-heads12
+        python3 -m ddbench.testbed pad-heads "$T" "$P" --num-heads 12 --num-kv-heads 4
+        MODEL=$P GPUS=0,1 sweep tp2 --tp 2 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,64 \
+          --concurrency 1,16 "${FAST[@]}" ;;
       cost)
         python3 -m ddbench.cost_bench --out "$W/runs/cost" --reps 5 --warmup 2 > "$W/runs/cost.log" 2>&1
         echo "cost rc=$?" >> "$W/done" ;;
