@@ -93,6 +93,8 @@ def target_probs(
     vocab = logits.shape[-1]
     temp = _expand(torch.as_tensor(temperature, device=logits.device, dtype=torch.float32), logits[..., 0])
     scaled = logits / temp.clamp(min=1e-6).unsqueeze(-1)
+    if _is_identity(top_p, top_k):  # no truncation: skip the sort over the vocabulary
+        return scaled.softmax(dim=-1)
     sorted_logits, order = scaled.sort(dim=-1, descending=True, stable=True)
     k = _expand(torch.as_tensor(top_k, device=logits.device), logits[..., 0]).long()
     k = torch.where(k <= 0, vocab, k.clamp(max=vocab)).unsqueeze(-1)
@@ -104,6 +106,11 @@ def target_probs(
     sorted_probs = sorted_probs.masked_fill(mass_before >= p, 0.0)  # keep the smallest prefix reaching p
     sorted_probs = sorted_probs / sorted_probs.sum(dim=-1, keepdim=True)
     return torch.zeros_like(sorted_probs).scatter(-1, order, sorted_probs)
+
+
+def _is_identity(top_p, top_k) -> bool:
+    """Whether host-side (non-tensor) top_p / top_k knobs keep the whole vocabulary."""
+    return not isinstance(top_p, torch.Tensor) and not isinstance(top_k, torch.Tensor) and top_p >= 1 and top_k <= 0
 
 
 def _expand(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -173,3 +173,14 @@ def test_chi_square_catches_a_lossy_walk():
     sequences, target_logits = speculative_sequences(6000, 1.0, 1.0, -1, trusting_walk, generator)
     stat, df = chi_square(sequences, target_logits, 1.0, 1.0, -1)
     assert stat > chi_square_quantile(df)
+
+
+def test_target_probs_without_truncation_skip_the_sort_and_agree():
+    """Host knobs at identity take the plain softmax; tensors at identity take the sorted path: same law."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 50, generator=generator) * 3
+    temperature = torch.tensor([0.5, 1.0, 2.0])
+    plain = target_probs(logits, temperature)  # top_p=1.0, top_k=-1: the fast path
+    sorted_path = target_probs(logits, temperature, top_p=torch.ones(3), top_k=torch.full((3,), -1))
+    assert torch.allclose(plain, sorted_path, atol=1e-6)
+    assert torch.allclose(plain, (logits / temperature.view(3, 1, 1)).softmax(-1), atol=1e-6)

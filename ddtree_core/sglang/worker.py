@@ -236,11 +236,11 @@ class DDTreeWorker(DFlashWorkerV2):
         logits = logits.view(len(batch.seq_lens), width, -1)
         if sampling_info is None or sampling_info.is_all_greedy:
             return logits.argmax(dim=-1)
-        tokens = sample_target_tokens(
+        tokens = sample_target_tokens(  # host flags: no sort over the vocabulary when nobody truncates
             logits,
             temperature=sampling_info.temperatures.view(-1),
-            top_p=sampling_info.top_ps,
-            top_k=sampling_info.top_ks,
+            top_p=sampling_info.top_ps if sampling_info.need_top_p_sampling else 1.0,
+            top_k=sampling_info.top_ks if sampling_info.need_top_k_sampling else -1,
         )
         tp_group = get_tp_group()
         if tp_group.world_size > 1:
