@@ -60,6 +60,7 @@ restart)
   setsid nohup bash results/sglang/h200.sh sweeps "$@" >> "$W/sweeps.log" 2>&1 < /dev/null &
   ;;
 sweeps)
+  shift
   export PYTHONPATH=/tmp/site:$W/repo
   T=$W/cache/SmolLM2-135M-Instruct
   sweep() {
@@ -74,7 +75,8 @@ sweeps)
       --speculative-algorithm DDTREE --speculative-draft-model-path "$DRAFT" --host 127.0.0.1 --port "$port" \
       --attention-backend triton --sampling-backend pytorch --grammar-backend none --mem-fraction-static 0.3 \
       --disable-prefill-cuda-graph "$@" > "$W/runs/$name.log" 2>&1 &
-    until curl -sf "127.0.0.1:$port/health" > /dev/null; do sleep 2; kill -0 $! 2> /dev/null || return 1; done
+    until python3 -c "import httpx, sys; sys.exit(httpx.get('http://127.0.0.1:$port/health').status_code != 200)" \
+      2> /dev/null; do sleep 2; kill -0 $! 2> /dev/null || return 1; done
   }
   DRAFT=$W/repo/ddbench/assets/SmolLM2-135M-Instruct-DFlash-b16
   mkdir -p "$W/runs"
@@ -104,7 +106,8 @@ sweeps)
           python3 results/sglang/kv_leak.py --url http://127.0.0.1:31000 > "$W/runs/kv_leak-p$page.txt" 2>&1
           python3 results/sglang/kv_leak.py --url http://127.0.0.1:31000 --abort-fraction 0.1 \
             >> "$W/runs/kv_leak-p$page.txt" 2>&1
-          curl -s 127.0.0.1:31000/metrics | grep -E '^sglang:(ddtree_|spec_)' > "$W/runs/metrics-p$page.txt"
+          python3 -c "import httpx; print(httpx.get('http://127.0.0.1:31000/metrics').text)" \
+            | grep -E '^sglang:(ddtree_|spec_)' > "$W/runs/metrics-p$page.txt"
           pkill -f "[l]aunch_server.*--port 31000"; sleep 5
         done
         echo "kvleak rc=0" >> "$W/done" ;;
