@@ -94,7 +94,7 @@ def flat_verify_mask(
         masks = _ancestor_reference(tree.parents)
         rows = [request_verify_mask(masks[b], length).flatten() for b, length in enumerate(lens)]
         return torch.cat(rows) if rows else masks.new_zeros(0)
-    return _flat_verify_torch(ancestor_mask(tree, impl=impl), prefix_lens, prefix_total)
+    return scatter_verify_mask(ancestor_mask(tree, impl=impl), prefix_lens, prefix_total)
 
 
 def _bit_shifts(device: torch.device) -> torch.Tensor:
@@ -130,8 +130,9 @@ def _ancestor_torch(parents: torch.Tensor, max_depth: int) -> torch.Tensor:
     return mask.scatter_(2, chains, True)
 
 
-def _flat_verify_torch(masks: torch.Tensor, prefix_lens: torch.Tensor, prefix_total: int) -> torch.Tensor:
-    """Start from all-visible and scatter each request's [W, W] tree block into its rows."""
+def scatter_verify_mask(masks: torch.Tensor, prefix_lens: torch.Tensor, prefix_total: int) -> torch.Tensor:
+    """flat_verify_mask from ancestor masks [B, W, W] already built: start from all-visible and scatter each
+    request's tree block into its rows (no host read; prefix_total sizes the output)."""
     batch, width, _ = masks.shape
     lens = prefix_lens.to(device=masks.device, dtype=torch.int64)
     starts = width * (torch.cumsum(lens, 0) - lens) + width * width * torch.arange(batch, device=masks.device)

@@ -27,7 +27,7 @@ import torch
 
 from ddtree_core import metrics
 from ddtree_core.encoding import positions as tree_positions
-from ddtree_core.mask import flat_verify_mask
+from ddtree_core.mask import ancestor_mask, scatter_verify_mask
 from ddtree_core.sglang.config import RequestSettings, ServerSettings
 from ddtree_core.tree import DraftTopK, DraftTree, build_tree_from_topk, draft_topk
 from ddtree_core.verify import TreeWalk, emitted_tokens
@@ -113,15 +113,19 @@ def verify_batch(
 ) -> VerifyBatch:
     """Verify tokens, positions and mask. bonus: [B] the root tokens; prefix_lens: [B] committed lengths;
     prefix_total: their sum on the host (sizes the mask)."""
+    tokens, positions, masks = tree_verify_inputs(tree, bonus, prefix_lens, impl=impl)
+    return VerifyBatch(tokens, positions, scatter_verify_mask(masks, prefix_lens, prefix_total))
+
+
+def tree_verify_inputs(
+    tree: DraftTree, bonus: torch.Tensor, prefix_lens: torch.Tensor, *, impl: str | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The shape-static part of verify_batch: tokens [B, W], positions [B, W], ancestor masks [B, W, W]."""
     tokens = tree.node_token_ids()
     # Root and padding columns carry -1; both get the bonus: the root is the bonus, and a padding
     # column needs some valid id (its mask row sees only the prefix and itself, no node sees it).
     tokens = torch.where(tokens < 0, bonus.to(tokens.dtype).unsqueeze(1), tokens)
-    return VerifyBatch(
-        tokens=tokens,
-        positions=tree_positions(tree, prefix_lens),
-        custom_mask=flat_verify_mask(tree, prefix_lens, prefix_total, impl=impl),
-    )
+    return tokens, tree_positions(tree, prefix_lens), ancestor_mask(tree, impl=impl)
 
 
 def committed_path(tree: DraftTree, walk: TreeWalk, prefix_lens: torch.Tensor) -> CommittedPath:

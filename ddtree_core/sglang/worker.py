@@ -16,6 +16,9 @@ features into the draft KV, bonus token). One decode round, all on the device wi
   6. result: tokens [B * (D + 1)] (path + bonus, padded), accept_lens = commit lengths, per-round
              statistics for the host (info.DDTreeBatchResult)
 
+With SGLANG_DDTREE_DRAFT_GRAPH=1 (TP = 1) steps 1-3 up to the ancestor masks run inside the drafter's
+CUDA graph (draft_head.py); the mask's prefix columns, which depend on the host's length sum, stay outside.
+
 The drafter's block KV slots req_to_token[prefix : prefix + block] are the first block verify slots:
 both start at the committed prefix, and W >= block (config.py), so DFLASH's reservation of 2 * W
 slots covers both.
@@ -35,7 +38,8 @@ from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache
 
-from ddtree_core.sglang import info, rounds
+from ddtree_core.mask import scatter_verify_mask
+from ddtree_core.sglang import draft_head, info, rounds
 from ddtree_core.sglang.config import DDTreeConfigError, RequestSettings
 from ddtree_core.sglang.profile import StageTimer
 from ddtree_core.sglang.spec_algo import draft_server_args, settings_of
@@ -78,15 +82,34 @@ class DDTreeWorker(DFlashWorkerV2):
         check_target(target_worker.model_runner, self.settings.budget)
         self._logits_processor = target_worker.model_runner.model.logits_processor
         self._logits_metadata = LogitsMetadata(forward_mode=ForwardMode.DECODE)
+        self._vocab_size = int(target_worker.model_runner.model_config.vocab_size)
         self._warned_request_settings = False
         self._timer = StageTimer.from_env(self.device)
+        self._draft_head: draft_head.DraftHead | None = None  # built with the draft CUDA graphs
         if self.tp_rank == 0:
             logger.info("DDTREE worker ready: %s", self.settings.info())
 
     def _maybe_build_draft_sampler(self):
-        # DFLASH folds a greedy argmax into the draft graph; DDTree needs the drafter's top-K
-        # log-probs instead, computed after the graph (rounds.draft_tree).
-        return None
+        # DFLASH folds a greedy argmax into the draft graph. DDTree folds its whole draft side there
+        # (draft_head.py) when SGLANG_DDTREE_DRAFT_GRAPH=1, else computes it after the graph.
+        if not draft_head.enabled():
+            return None
+        if get_tp_group().world_size != 1:
+            logger.info("DDTREE draft head kept eager (tp > 1).")
+            return None
+        runner = self.draft_model_runner
+        max_bs = int(self.server_args.max_running_requests or max(self.server_args.cuda_graph_config.decode.bs))
+        self._draft_head = draft_head.DraftHead(
+            self.settings,
+            self._head_logits,
+            hidden_size=int(runner.model_config.hidden_size),
+            max_bs=max_bs,
+            device=self.device,
+            dtype=runner.model_config.dtype,
+        )
+        if self.tp_rank == 0:
+            logger.info("DDTREE draft head folded into the draft cuda graph (max batch %d).", max_bs)
+        return self._draft_head
 
     def init_cuda_graphs(self):
         # The target's graphs are captured before the draft worker's (Scheduler.init_model_worker).
@@ -106,17 +129,29 @@ class DDTreeWorker(DFlashWorkerV2):
         draft_input, timer = batch.spec_info, self._timer
         if batch.seq_lens.is_cuda:  # it may come from the previous overlap iteration's stream
             batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
-        prefix_lens = batch.seq_lens
+        prefix_lens, bs = batch.seq_lens, len(batch.seq_lens)
+        request_settings = self._request_settings(batch.reqs)
+        head = self._draft_head if self._draft_head is not None and bs <= self._draft_head.max_bs else None
         with timer.stage("draft"):
             cache_loc = self._verify_cache_loc(batch)
-            draft_hidden = self._draft_block(batch, draft_input, cache_loc)
-            draft_logits = self._draft_logits(draft_hidden[:, 1 : 1 + self.settings.tree_depth])
+            if head is not None:
+                head.load(request_settings, draft_input.bonus_tokens, prefix_lens)
+            draft_hidden, in_graph = self._draft_block(batch, draft_input, cache_loc)
+            if head is None:
+                draft_logits = self._draft_logits(draft_hidden[:, 1 : 1 + self.settings.tree_depth])
+            elif not in_graph:  # no draft graph for this batch: the head runs eagerly, same buffers
+                head(draft_hidden.reshape(bs * self.block_size, -1))
         with timer.stage("tree"):
-            limits = rounds.request_limits(self._request_settings(batch.reqs), self.settings, self.device)
-            topk, tree = rounds.draft_tree(draft_logits, self.settings, limits)
+            if head is None:
+                limits = rounds.request_limits(request_settings, self.settings, self.device)
+                topk, tree = rounds.draft_tree(draft_logits, self.settings, limits)
         with timer.stage("verify_inputs"):
             prefix_total = _prefix_total(batch, draft_input)
-            verify = rounds.verify_batch(tree, draft_input.bonus_tokens, prefix_lens, prefix_total)
+            if head is None:
+                verify = rounds.verify_batch(tree, draft_input.bonus_tokens, prefix_lens, prefix_total)
+            else:
+                topk, tree, tokens, positions, masks = head.outputs(bs)
+                verify = rounds.VerifyBatch(tokens, positions, scatter_verify_mask(masks, prefix_lens, prefix_total))
         # The verify forward writes its KV there, and the KV move below reads the path's slots from it.
         batch.out_cache_loc = cache_loc.reshape(-1)
         with timer.stage("verify"):
@@ -156,8 +191,9 @@ class DDTreeWorker(DFlashWorkerV2):
         columns = batch.seq_lens.to(torch.int64).unsqueeze(1) + offsets
         return req_to_token[batch.req_pool_indices.to(torch.int64).unsqueeze(1), columns].to(torch.int64)
 
-    def _draft_block(self, batch, draft_input, cache_loc: torch.Tensor) -> torch.Tensor:
-        """DFLASH's draft forward over [bonus, MASK ...]; returns the drafter's hidden states [B, block, H]."""
+    def _draft_block(self, batch, draft_input, cache_loc: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """DFLASH's draft forward over [bonus, MASK ...]: the drafter's hidden states [B, block, H], and
+        whether its CUDA graph ran (then a folded draft head ran with it)."""
         bs, block = len(batch.seq_lens), self.block_size
         block_ids = torch.full((bs, block), int(self._mask_token_id), dtype=torch.int64, device=self.device)
         block_ids[:, 0] = draft_input.bonus_tokens
@@ -184,14 +220,19 @@ class DDTreeWorker(DFlashWorkerV2):
         hidden = out.logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states.")
-        return hidden.view(bs, block, -1)
+        return hidden[: bs * block].view(bs, block, -1), bool(out.can_run_graph)
 
     def _draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The target head's logits of the drafter's hidden states [B, D, H] -> [B, D, V] float32."""
+        """The target head's logits of the drafter's hidden states [B, D, H] -> [B, D, V]."""
         bs, depth, width = hidden.shape
+        return self._head_logits(hidden.reshape(-1, width)).view(bs, depth, -1)
+
+    def _head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[n, H] -> [n, V]: the target's lm_head through its logits processor (TP gather, scale, softcap),
+        cut to the model's vocabulary (a padded head's extra columns never enter a top-K list)."""
         lm_head = self.target_worker.model_runner.model.lm_head
-        logits = self._logits_processor._get_logits(hidden.reshape(-1, width), lm_head, self._logits_metadata)
-        return logits.view(bs, depth, -1)
+        logits = self._logits_processor._get_logits(hidden, lm_head, self._logits_metadata)
+        return logits[:, : self._vocab_size]
 
     def _request_settings(self, reqs) -> list[RequestSettings]:
         """Each request's settings. Admission already refused invalid ones (plugin hook on

@@ -12,6 +12,8 @@
 #   parity-p1   greedy parity, 100 prompts x 2 datasets, budgets 15..128, concurrency 1 and 16
 #   parity-p16  the same at page size 16
 #   profile     per-stage round time (SGLANG_DDTREE_PROFILE_EVERY) at budgets 15 and 128, one server each
+#   fold        the profile job with the draft side folded into the draft CUDA graph (SGLANG_DDTREE_DRAFT_GRAPH=1);
+#               its DDTree outputs must equal the profile job's at concurrency 1 (ddbench compare --min-match 1)
 #   grid        tokens/s grid: one server per budget (verify width = budget + 1), concurrency 1..32
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
@@ -93,6 +95,9 @@ sweeps)
       profile)  # where a round's time goes; the profile lines are in the DDTree server logs
         SGLANG_DDTREE_PROFILE_EVERY=300 sweep profile --datasets gsm8k --num-prompts 40 --budgets 15,128 \
           --concurrency 1,16 --restart-per-budget "${FAST[@]}" ;;
+      fold)
+        SGLANG_DDTREE_DRAFT_GRAPH=1 SGLANG_DDTREE_PROFILE_EVERY=300 sweep fold --datasets gsm8k --num-prompts 40 \
+          --budgets 15,128 --concurrency 1,16 --restart-per-budget "${FAST[@]}" ;;
       grid)  # tokens/s: DDTree servers started at each budget (verify width budget + 1) vs DFLASH vs AR
         sweep grid --datasets gsm8k,humaneval --num-prompts 64 --budgets 15,32,64,128 --concurrency 1,4,16,32 \
           --restart-per-budget "${FAST[@]}" ;;

@@ -1,0 +1,115 @@
+"""The draft side of a DDTree round inside SGLang's draft CUDA graph (opt-in: SGLANG_DDTREE_DRAFT_GRAPH=1).
+
+DFLASH folds its greedy head into the drafter's CUDA graph through the draft model runner's
+`dflash_draft_sampler` hook: the graph runner calls the hook on the drafter's hidden states while it
+captures each batch size, so every replay reruns it. `DraftHead` uses the same hook for everything between
+the drafter's hidden states and the verify inputs, which the eager worker otherwise launches op by op
+every round:
+
+    hidden [bs * block, H] --logits_fn--> logits of block positions 1..D [bs, D, V]
+      --per-request temperature / depth limits, top-K (rounds.draft_tree)--> DraftTopK, DraftTree
+      --rounds.tree_verify_inputs--> verify tokens [bs, W], positions [bs, W], ancestor masks [bs, W, W]
+
+Inputs live in static buffers the worker fills before the draft forward (`load`): each request's budget,
+depth limit and draft temperature (always the per-request path, so one graph serves every mix), its bonus
+token and committed length. Outputs land in static buffers, rows [:bs] (`outputs`); rows of padded batch
+slots hold stale values nobody reads. When the drafter runs eagerly (no graph for this batch size), the
+worker calls the head itself: the same code on the same buffers. Numerics equal the eager worker's:
+logits_fn is the same target-head call, the rest the same functions.
+
+TP = 1 only (a vocab-parallel head needs a gather across ranks; TP > 1 keeps the eager round).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ddtree_core.sglang import rounds
+from ddtree_core.sglang.config import RequestSettings, ServerSettings
+from ddtree_core.tree import DraftTopK, DraftTree
+
+ENV_DRAFT_GRAPH = "SGLANG_DDTREE_DRAFT_GRAPH"
+_TOPK_FIELDS = tuple(f.name for f in dataclasses.fields(DraftTopK))
+_TREE_FIELDS = tuple(f.name for f in dataclasses.fields(DraftTree) if f.name != "max_depth")
+
+
+def enabled(environ=os.environ) -> bool:
+    return environ.get(ENV_DRAFT_GRAPH, "").strip() not in ("", "0")
+
+
+class DraftHead:
+    """Static-buffer draft head (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        logits_fn: Callable[[torch.Tensor], torch.Tensor],
+        *,
+        hidden_size: int,
+        max_bs: int,
+        device: torch.device | str,
+        dtype: torch.dtype,
+    ):
+        self.settings = settings
+        self.block_size = settings.block_size
+        self.max_bs = max_bs
+        self._logits_fn = logits_fn
+        defaults = RequestSettings.defaults(settings)
+        self.limits = rounds.RequestLimits(
+            budgets=torch.full((max_bs,), defaults.budget, dtype=torch.int64, device=device),
+            max_depths=torch.full((max_bs,), defaults.max_depth, dtype=torch.int64, device=device),
+            draft_temperatures=torch.full((max_bs,), defaults.draft_temperature, dtype=torch.float32, device=device),
+        )
+        self._loaded: list[RequestSettings] = [defaults] * max_bs  # what the limit buffers hold, per row
+        self.bonus = torch.zeros(max_bs, dtype=torch.int64, device=device)
+        self.prefix = torch.zeros(max_bs, dtype=torch.int64, device=device)
+        self._out: dict[str, torch.Tensor] = {}
+        # One eager pass allocates every output buffer (max_bs rows) outside any graph capture.
+        self(torch.zeros(self.block_size, hidden_size, dtype=dtype, device=device))
+
+    def load(self, settings: Sequence[RequestSettings], bonus: torch.Tensor, prefix_lens: torch.Tensor) -> None:
+        """Fill rows [:bs] of the inputs; limit rows are copied from the host only when they changed."""
+        bs = len(settings)
+        if bs > self.max_bs:
+            raise ValueError(f"DDTREE draft head: batch {bs} exceeds the captured maximum {self.max_bs}")
+        if list(settings) != self._loaded[:bs]:
+            pin = self.bonus.device.type == "cuda"
+            columns = {
+                "budgets": ([s.budget for s in settings], torch.int64),
+                "max_depths": ([s.max_depth for s in settings], torch.int64),
+                "draft_temperatures": ([s.draft_temperature for s in settings], torch.float32),
+            }
+            for name, (values, dtype) in columns.items():
+                staged = torch.tensor(values, dtype=dtype, pin_memory=pin)  # the allocator keeps it until copied
+                getattr(self.limits, name)[:bs].copy_(staged, non_blocking=True)
+            self._loaded[:bs] = settings
+        self.bonus[:bs].copy_(bonus)
+        self.prefix[:bs].copy_(prefix_lens)
+
+    def __call__(self, hidden_states: torch.Tensor) -> None:
+        """hidden_states: [bs * block, H], the drafter's output for the block [bonus, MASK ...]."""
+        bs = hidden_states.shape[0] // self.block_size
+        depth = self.settings.tree_depth
+        hidden = hidden_states.view(bs, self.block_size, -1)[:, 1 : 1 + depth]
+        logits = self._logits_fn(hidden.reshape(bs * depth, -1)).view(bs, depth, -1)
+        limits = rounds.RequestLimits(*(getattr(self.limits, f.name)[:bs] for f in dataclasses.fields(self.limits)))
+        topk, tree = rounds.draft_tree(logits, self.settings, limits)
+        tokens, positions, masks = rounds.tree_verify_inputs(tree, self.bonus[:bs], self.prefix[:bs])
+        produced = {f"topk_{name}": getattr(topk, name) for name in _TOPK_FIELDS}
+        produced.update({f"tree_{name}": getattr(tree, name) for name in _TREE_FIELDS})
+        produced.update(verify_tokens=tokens, positions=positions, masks=masks)
+        for name, value in produced.items():
+            if name not in self._out:
+                self._out[name] = torch.empty((self.max_bs,) + value.shape[1:], dtype=value.dtype, device=value.device)
+            self._out[name][:bs].copy_(value)
+
+    def outputs(self, bs: int) -> tuple[DraftTopK, DraftTree, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Views of rows [:bs]: top-K lists, trees, verify tokens, positions, ancestor masks."""
+        out = {name: value[:bs] for name, value in self._out.items()}
+        topk = DraftTopK(**{name: out[f"topk_{name}"] for name in _TOPK_FIELDS})
+        tree = DraftTree(**{name: out[f"tree_{name}"] for name in _TREE_FIELDS}, max_depth=self.settings.tree_depth)
+        return topk, tree, out["verify_tokens"], out["positions"], out["masks"]
