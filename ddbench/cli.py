@@ -485,6 +485,46 @@ def cost(ctx: typer.Context) -> None:
     bench(args=list(ctx.args), prog_name="ddbench cost")
 
 
+@app.command()
+def project(
+    cost: Annotated[Path, typer.Option(help="`ddbench cost` output folder (cells.csv, run.json) of the source GPU.")],
+    out: Annotated[Path, typer.Option(help="Folder for projection.csv and projection.md.")],
+    acceptance: Annotated[
+        Path | None, typer.Option(help='JSON {"source", "datasets": {name: {"dflash": tau, "ddtree": {N: tau}}}}.')
+    ] = None,
+    acceptance_from: Annotated[Path | None, typer.Option(help="A results folder: its measured tau instead.")] = None,
+    ddtree_gain_from: Annotated[
+        Path | None, typer.Option(help="A results folder: empty DDTree tables = DFlash tau x its measured gain.")
+    ] = None,
+    kernels: Annotated[Path | None, typer.Option(help="`ddbench kernels` folder (default: tree round 0).")] = None,
+    kernel_impl: Annotated[str, typer.Option(help="Kernel impl whose round times count.")] = "triton",
+    target_gpu: Annotated[str, typer.Option(help="GPU to project to: rtx-pro-6000 | h200.")] = "rtx-pro-6000",
+    source_gpu: Annotated[str, typer.Option(help="GPU of the cost and kernel runs.")] = "h200",
+    bandwidth: Annotated[float | None, typer.Option(help="Target memory bandwidth, bytes/s (override).")] = None,
+    flops: Annotated[float | None, typer.Option(help="Target dense bf16 FLOP/s (override).")] = None,
+    draft_layers: Annotated[int, typer.Option(help="DFlash drafter layers of the target's shape.")] = 5,
+    block: Annotated[int, typer.Option(help="Drafter block size: DFLASH verify width.")] = 16,
+    temperature: Annotated[float, typer.Option(help="Temperature of the results folders' cells.")] = 0.0,
+    interpolate: Annotated[
+        bool, typer.Option("--interpolate/--no-interpolate", help="Interpolate unmeasured widths, else skip them.")
+    ] = True,
+) -> None:
+    """PROJECTED tokens/s on another GPU: measured cost curves scaled by roofline ratios, with given acceptance."""
+    from ddbench import project as projection
+
+    try:
+        target = projection.gpu(target_gpu, bandwidth, flops)
+        settings = projection.Settings(projection.gpu(source_gpu), target, draft_layers, block, interpolate)
+        result = projection.build(
+            cost, acceptance, acceptance_from, ddtree_gain_from, kernels, kernel_impl, temperature, settings
+        )
+        paths = projection.write(out, result)
+    except DDBenchError as error:
+        raise fail(str(error)) from None
+    projection.print_projection(result, _console())
+    _console().print(f"wrote {paths[0]} and {paths[1]}")
+
+
 @testbed_app.command("prepare")
 def testbed_prepare(
     cache_dir: Annotated[
