@@ -122,7 +122,8 @@ sweeps)
         MODEL=$P GPUS=0,1 sweep tp2 --tp 2 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,64 \
           --concurrency 1,16 "${FAST[@]}" ;;
       cost)
-        python3 -m ddbench.cost_bench --out "$W/runs/cost" --reps 5 --warmup 2 > "$W/runs/cost.log" 2>&1
+        python3 -m ddbench.cost_bench --out "$W/runs/cost" --reps 5 --warmup 2 \
+          --nodes 0,15,16,31,32,63,64,127,128,255,511,1024 > "$W/runs/cost.log" 2>&1
         echo "cost rc=$?" >> "$W/done" ;;
       *) echo "unknown job $job" ;;
       esac
