@@ -18,6 +18,7 @@
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
 #   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64
+#   kernels     GPU tests, the draft-side kernel benchmark (reference, torch, triton) and the top-K launch sweep
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
 set -uo pipefail
 W=/tmp/dd
@@ -121,6 +122,11 @@ sweeps)
         python3 -m ddbench.testbed pad-heads "$T" "$P" --num-heads 12 --num-kv-heads 4
         MODEL=$P GPUS=0,1 sweep tp2 --tp 2 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,64 \
           --concurrency 1,16 "${FAST[@]}" ;;
+      kernels)
+        python3 -m pytest -q -m gpu tests > "$W/runs/gpu_tests.log" 2>&1
+        python3 -m ddbench.kernel_bench --out "$W/runs/kernels" > "$W/runs/kernel_bench.log" 2>&1
+        python3 -m ddbench.topk_tune --out "$W/runs/topk" > "$W/runs/topk_tune.log" 2>&1
+        echo "kernels rc=$?" >> "$W/done" ;;
       cost)
         python3 -m ddbench.cost_bench --out "$W/runs/cost" --reps 5 --warmup 2 \
           --nodes 0,15,16,31,32,63,64,127,128,255,511,1024 > "$W/runs/cost.log" 2>&1
