@@ -46,7 +46,7 @@ serve)
   cat "$W/g1" "$W/g2" .device/c3/g > "$W/smol.gguf" && sha256sum "$W/smol.gguf"
   rm -rf "$W/data" "$W/repo" && cp -r .device/c3/data "$W/data"
   # The sweeps run from a copy, so a later call's working tree cannot change code under them.
-  mkdir -p "$W/repo" && cp -r ddtree_core ddbench results pyproject.toml "$W/repo/"
+  mkdir -p "$W/repo" && cp -r ddtree_core ddbench results tests pyproject.toml "$W/repo/"
   cd "$W/repo" && export PYTHONPATH=/tmp/site:$W/repo
   python3 -m ddbench.testbed prepare --cache-dir "$W/cache" --gguf "$W/smol.gguf" 2>&1 | tee "$OUT/prepare.log"
   sha256sum "$W/cache/SmolLM2-135M-Instruct/model.safetensors"
@@ -57,7 +57,7 @@ serve)
   ;;
 restart)
   pkill -f "[h]200.sh sweeps"; pkill -f "[d]dbench sweep"; pkill -f "[l]aunch_server"; sleep 5
-  rm -rf "$W/repo" && mkdir -p "$W/repo" && cp -r ddtree_core ddbench results pyproject.toml "$W/repo/"
+  rm -rf "$W/repo" && mkdir -p "$W/repo" && cp -r ddtree_core ddbench results tests pyproject.toml "$W/repo/"
   cd "$W/repo" && rm -f "$W/done"
   shift
   setsid nohup bash results/sglang/h200.sh sweeps "$@" >> "$W/sweeps.log" 2>&1 < /dev/null &
@@ -123,7 +123,8 @@ sweeps)
         MODEL=$P GPUS=0,1 sweep tp2 --tp 2 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,64 \
           --concurrency 1,16 "${FAST[@]}" ;;
       kernels)
-        python3 -m pytest -q -m gpu tests > "$W/runs/gpu_tests.log" 2>&1
+        PYTHONPATH=$W/repo python3 -m pytest -q -m gpu tests --ignore=tests/test_datasets.py \
+          > "$W/runs/gpu_tests.log" 2>&1
         python3 -m ddbench.kernel_bench --out "$W/runs/kernels" > "$W/runs/kernel_bench.log" 2>&1
         python3 -m ddbench.topk_tune --out "$W/runs/topk" > "$W/runs/topk_tune.log" 2>&1
         echo "kernels rc=$?" >> "$W/done" ;;
