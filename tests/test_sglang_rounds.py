@@ -24,6 +24,7 @@ from ddtree_core.sglang.rounds import (
     request_limits,
     round_stats_from_row,
     round_stats_rows,
+    round_tail,
     summary_from_rows,
     verify_batch,
 )
@@ -260,9 +261,7 @@ def test_worker_round_tensors_never_sync_on_cuda(per_request):
         topk, tree = draft_tree(logits, server, limits)
         verify = verify_batch(tree, bonus, prefix, prefix_total=449)
         target = torch.randint(0, vocab, verify.tokens.shape, device="cuda")
-        walk = follow_tree(tree, target)
-        path = committed_path(tree, walk, prefix)
-        rows = round_stats_rows(tree, walk, topk)
+        walk, path, rows = round_tail(tree, target, topk, prefix)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert rows.shape == (batch, 5 + server.tree_depth) and path.new_seq_lens.device.type == "cuda"

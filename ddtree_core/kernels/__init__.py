@@ -7,6 +7,8 @@
 - `tree_walk.follow_tree`: the verification walk (twin of `verify.follow_tree`).
 - `tree_walk.ancestor_mask`: the dense ancestor mask and the verify positions of every node
   (twin of `mask.ancestor_mask` and `encoding.positions`).
+- `round_tail.round_tail`: the walk, the committed path and the stats rows of an SGLang round in one
+  launch (twin of `sglang.rounds.round_tail(impl="torch")`; the expected-length column to rounding).
 
 Importing `ddtree_core` never imports this package; the dispatch in `ops` reaches it only for
 impl="triton". On a machine without a GPU the kernels run under TRITON_INTERPRET=1.

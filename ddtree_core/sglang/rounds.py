@@ -9,6 +9,8 @@ A round of a batch of B requests, widths fixed by ServerSettings (config.py):
     tree + walk ──committed_path──> flat verify indices of the path, emitted tokens, commit lens
     tree + walk + top-K ──round_stats_rows──> [B, STATS_COLUMNS + D] int32 (host: summary_from_rows)
 
+round_tail does the last three in one call (one Triton launch on CUDA).
+
 Verify column i of request b is flat verify token b * W + i (SGLang lays verify tokens out request
 by request), so a node's KV slot, logits row and hidden-state row are all found at that index.
 
@@ -25,12 +27,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ddtree_core import metrics
+from ddtree_core import metrics, ops
 from ddtree_core.encoding import positions as tree_positions
 from ddtree_core.mask import ancestor_mask, scatter_verify_mask
 from ddtree_core.sglang.config import RequestSettings, ServerSettings
 from ddtree_core.tree import DraftTopK, DraftTree, build_tree_from_topk, draft_topk
-from ddtree_core.verify import TreeWalk, emitted_tokens
+from ddtree_core.verify import TreeWalk, emitted_tokens, follow_tree
 
 # Columns of a stats row before the per-depth ranks.
 STATS_COLUMNS = ("accept_len", "num_nodes", "depth_reached", "top_k", "expected_accept_len_bits")
@@ -163,6 +165,60 @@ def round_stats_rows(tree: DraftTree, walk: TreeWalk, topk: DraftTopK, *, impl: 
     ]
     columns = [c.to(torch.int32).unsqueeze(1) for c in fixed] + [expected.unsqueeze(1), ranks.to(torch.int32)]
     return torch.cat(columns, dim=1)
+
+
+def round_tail(
+    tree: DraftTree, target_tokens: torch.Tensor, topk: DraftTopK, prefix_lens: torch.Tensor, *, impl: str | None = None
+) -> tuple[TreeWalk, CommittedPath, torch.Tensor]:
+    """Everything a round computes after the verify forward: the walk, the committed path and the stats rows.
+
+    target_tokens: [B, W] the target's token at every node; topk: the round's DraftTopK; prefix_lens: [B].
+    The contract is the composition follow_tree -> committed_path -> round_stats_rows ("torch" and
+    "reference" run it); "triton" computes all of it in one launch (kernels/round_tail.py), equal bit for
+    bit except the expected accept length column, equal up to float32 rounding of its sum.
+    """
+    impl = ops.resolve(impl, tree.parents.device)
+    if impl == "triton":
+        from ddtree_core.kernels import round_tail as kernel
+
+        return kernel.round_tail(tree, target_tokens, topk, prefix_lens)
+    walk = follow_tree(tree, target_tokens, impl=impl)
+    return walk, committed_path(tree, walk, prefix_lens), round_stats_rows(tree, walk, topk, impl=impl)
+
+
+def checked_tail_impl(device: torch.device | str, *, impl: str | None = None) -> tuple[str, str | None]:
+    """The round_tail implementation to serve with on `device`, and why it is not the preferred one.
+
+    The preferred one (ops.resolve) is tried once on a random round against the torch composition; a
+    compile error or any difference (the expected-length column up to float32 rounding) falls back to
+    "torch", so a kernel that misbehaves on this device costs speed, never output.
+    """
+    preferred = ops.resolve(impl, device)
+    if preferred != "triton":
+        return preferred, None
+    generator = torch.Generator().manual_seed(0)
+    server = ServerSettings(block_size=16, budget=24, max_depth=15, draft_temperature=1.0)
+    logits = (torch.randn(3, server.tree_depth, 97, generator=generator) * 3).to(device)
+    topk, tree = draft_tree(logits, server, None, impl="torch")
+    target = torch.randint(0, 97, (3, tree.width), generator=generator).to(device)
+    target[:, 0] = tree.token_ids[:, 0]  # every walk goes at least one deep
+    prefix = torch.tensor([5, 0, 300], device=device)
+    try:
+        fused = round_tail(tree, target, topk, prefix, impl="triton")
+    except Exception as error:  # a kernel that does not compile here
+        return "torch", f"round_tail kernel failed: {type(error).__name__}: {error}"
+    expected = round_tail(tree, target, topk, prefix, impl="torch")
+    same = all(torch.equal(a, b) for a, b in zip(_tail_tensors(fused), _tail_tensors(expected)))
+    bits = len(STATS_COLUMNS) - 1
+    close = torch.allclose(fused[2][:, bits].view(torch.float32), expected[2][:, bits].view(torch.float32))
+    return ("triton", None) if same and close else ("torch", "round_tail kernel disagrees with the torch path")
+
+
+def _tail_tensors(tail) -> list[torch.Tensor]:
+    walk, path, stats = tail
+    bits = len(STATS_COLUMNS) - 1
+    rest = torch.cat([stats[:, :bits], stats[:, bits + 1 :]], dim=1)
+    return [walk.accepted, walk.accept_lens, walk.bonus, *(getattr(path, f) for f in path.__dataclass_fields__), rest]
 
 
 def round_stats_from_row(row: Sequence[int]) -> metrics.RoundStats:

@@ -9,7 +9,8 @@ features into the draft KV, bonus token). One decode round, all on the device wi
   3. verify: W = N + 1 tokens per request [bonus, node tokens], positions prefix + depth, the
              FULL_MASK tree mask; KV slots req_to_token[prefix : prefix + W]
   4. accept: argmax per node (greedy) or a sample of the request's distribution per node, then
-             follow_tree: the accepted path and the bonus token
+             rounds.round_tail (one Triton launch): follow_tree's accepted path and bonus token, the
+             path's KV indices and emitted tokens, the round's stats rows
   5. commit: the path's target KV moves to the first accept_len verify slots
              (spec_utils.move_accept_tokens_to_target_kvcache, any page size); the path's target
              hidden states, in path order, become draft KV exactly as DFLASH commits its block
@@ -43,7 +44,7 @@ from ddtree_core.sglang import draft_head, info, rounds
 from ddtree_core.sglang.config import DDTreeConfigError, RequestSettings
 from ddtree_core.sglang.profile import StageTimer
 from ddtree_core.sglang.spec_algo import draft_server_args, settings_of
-from ddtree_core.verify import follow_tree, sample_target_tokens
+from ddtree_core.verify import sample_target_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,9 @@ class DDTreeWorker(DFlashWorkerV2):
         self._warned_request_settings = False
         self._timer = StageTimer.from_env(self.device)
         self._draft_head: draft_head.DraftHead | None = None  # built with the draft CUDA graphs
+        self._tail_impl, why = rounds.checked_tail_impl(self.device)
+        if why is not None:
+            logger.warning("DDTREE: %s; the round tail runs the torch path.", why)
         if self.tp_rank == 0:
             logger.info("DDTREE worker ready: %s", self.settings.info())
 
@@ -156,9 +160,9 @@ class DDTreeWorker(DFlashWorkerV2):
         batch.out_cache_loc = cache_loc.reshape(-1)
         with timer.stage("verify"):
             logits_output, can_run_cuda_graph = self._verify(batch, draft_input, verify)
-        with timer.stage("walk"):
-            walk = follow_tree(tree, self._target_tokens(batch, logits_output))
-            path = rounds.committed_path(tree, walk, prefix_lens)
+        with timer.stage("walk"):  # the walk, the committed path and the stats rows: one launch on CUDA
+            target_tokens = self._target_tokens(batch, logits_output)
+            walk, path, stats = rounds.round_tail(tree, target_tokens, topk, prefix_lens, impl=self._tail_impl)
         with timer.stage("commit"):
             move_accept_tokens_to_target_kvcache(
                 batch, path.accept_index, path.commit_lens - 1, self.model_runner.token_to_kv_pool_allocator
@@ -167,8 +171,6 @@ class DDTreeWorker(DFlashWorkerV2):
                 on_publish(path.new_seq_lens)
             self._commit_draft_kv(logits_output.hidden_states, cache_loc, path)
         logits_output.hidden_states = None  # no D2H of the verify hidden states
-        with timer.stage("stats"):
-            stats = rounds.round_stats_rows(tree, walk, topk)
         timer.round_done(len(batch.reqs))
         return info.DDTreeBatchResult(
             logits_output=logits_output,
