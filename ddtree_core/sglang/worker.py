@@ -49,6 +49,7 @@ from ddtree_core.verify import sample_target_tokens
 logger = logging.getLogger(__name__)
 
 SUPPORTED_BACKEND_CLASSES = ("TritonAttnBackend", "FlashInferAttnBackend")
+_SETTINGS_ATTR = "_ddtree_settings"  # a request's RequestSettings, parsed at its first decode round
 
 
 class DDTreeWorker(DFlashWorkerV2):
@@ -237,17 +238,22 @@ class DDTreeWorker(DFlashWorkerV2):
         return logits[:, : self._vocab_size]
 
     def _request_settings(self, reqs) -> list[RequestSettings]:
-        """Each request's settings. Admission already refused invalid ones (plugin hook on
-        validate_dflash_request); should one get here anyway it runs with the server defaults."""
+        """Each request's settings, parsed once per request and kept on it (custom_params do not change
+        while it runs). Admission already refused invalid ones (plugin hook on validate_dflash_request);
+        should one get here anyway it runs with the server defaults."""
         out = []
         for req in reqs:
-            try:
-                out.append(RequestSettings.from_custom_params(req.sampling_params.custom_params, self.settings))
-            except DDTreeConfigError as error:
-                if not self._warned_request_settings:
-                    logger.warning("DDTREE: running a request with the server defaults: %s", error)
-                    self._warned_request_settings = True
-                out.append(RequestSettings.defaults(self.settings))
+            settings = getattr(req, _SETTINGS_ATTR, None)
+            if settings is None:
+                try:
+                    settings = RequestSettings.from_custom_params(req.sampling_params.custom_params, self.settings)
+                except DDTreeConfigError as error:
+                    if not self._warned_request_settings:
+                        logger.warning("DDTREE: running a request with the server defaults: %s", error)
+                        self._warned_request_settings = True
+                    settings = RequestSettings.defaults(self.settings)
+                setattr(req, _SETTINGS_ATTR, settings)
+            out.append(settings)
         return out
 
     def _verify(self, batch, draft_input, verify: rounds.VerifyBatch):
