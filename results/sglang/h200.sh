@@ -18,6 +18,8 @@
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
 #   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64
+#   campaign    configs/testbed-h200-campaign.toml at T = 0 (budgets 16..1024, one server each; 1..32 in flight)
+#   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature at budget 64)
 #   kernels     GPU tests, the draft-side kernel benchmark (reference, torch, triton) and the top-K launch sweep
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
 set -uo pipefail
@@ -44,7 +46,7 @@ serve)
   cat "$W/g1" "$W/g2" .device/c3/g > "$W/smol.gguf" && sha256sum "$W/smol.gguf"
   rm -rf "$W/data" "$W/repo" && cp -r .device/c3/data "$W/data"
   # The sweeps run from a copy, so a later call's working tree cannot change code under them.
-  mkdir -p "$W/repo" && cp -r ddtree_core ddbench results tests pyproject.toml "$W/repo/"
+  mkdir -p "$W/repo" && cp -r ddtree_core ddbench results tests configs pyproject.toml "$W/repo/"
   cd "$W/repo" && export PYTHONPATH=/tmp/site:$W/repo
   python3 -m ddbench.testbed prepare --cache-dir "$W/cache" --gguf "$W/smol.gguf" 2>&1 | tee "$OUT/prepare.log"
   sha256sum "$W/cache/SmolLM2-135M-Instruct/model.safetensors"
@@ -55,7 +57,7 @@ serve)
   ;;
 restart)
   pkill -f "[h]200.sh sweeps"; pkill -f "[d]dbench sweep"; pkill -f "[l]aunch_server"; sleep 5
-  rm -rf "$W/repo" && mkdir -p "$W/repo" && cp -r ddtree_core ddbench results tests pyproject.toml "$W/repo/"
+  rm -rf "$W/repo" && mkdir -p "$W/repo" && cp -r ddtree_core ddbench results tests configs pyproject.toml "$W/repo/"
   cd "$W/repo" && rm -f "$W/done"
   shift
   setsid nohup bash results/sglang/h200.sh sweeps "$@" >> "$W/sweeps.log" 2>&1 < /dev/null &
@@ -120,6 +122,10 @@ sweeps)
         python3 -m ddbench.testbed pad-heads "$T" "$P" --num-heads 12 --num-kv-heads 4
         MODEL=$P GPUS=0,1 sweep tp2 --tp 2 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,64 \
           --concurrency 1,16 "${FAST[@]}" ;;
+      campaign)
+        sweep campaign --config testbed-h200-campaign --temperatures 0 ;;
+      knobs)
+        sweep knobs --config testbed-h200-knobs ;;
       kernels)
         PYTHONPATH=$W/repo python3 -m pytest -q -m gpu tests --ignore=tests/test_datasets.py \
           > "$W/runs/gpu_tests.log" 2>&1
