@@ -20,7 +20,8 @@
 #   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64
 #   campaign    configs/testbed-h200-campaign.toml at T = 0 (budgets 16..1024, one server each; 1..32 in flight)
 #   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature at budget 64)
-#   kernels     GPU tests, the draft-side kernel benchmark (reference, torch, triton) and the top-K launch sweep
+#   gputests    pytest -m gpu (a minute; run it first: the new kernels have only run under the interpreter)
+#   kernels     the draft-side kernel benchmark (reference, torch, triton) and the top-K launch sweep
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
 set -uo pipefail
 W=/tmp/dd
@@ -126,9 +127,11 @@ sweeps)
         sweep campaign --config testbed-h200-campaign --temperatures 0 ;;
       knobs)
         sweep knobs --config testbed-h200-knobs ;;
-      kernels)
+      gputests)
         PYTHONPATH=$W/repo python3 -m pytest -q -m gpu tests --ignore=tests/test_datasets.py \
           > "$W/runs/gpu_tests.log" 2>&1
+        echo "gputests rc=$?" >> "$W/done" ;;
+      kernels)
         python3 -m ddbench.kernel_bench --out "$W/runs/kernels" > "$W/runs/kernel_bench.log" 2>&1
         python3 -m ddbench.topk_tune --out "$W/runs/topk" > "$W/runs/topk_tune.log" 2>&1
         echo "kernels rc=$?" >> "$W/done" ;;
