@@ -27,7 +27,6 @@ Writes cells.csv and run.json to --out and prints a table.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import statistics
@@ -44,7 +43,7 @@ import typer
 from torch import nn
 
 from ddbench import env
-from ddbench.kernel_bench import copy_bandwidth
+from ddbench.kernel_bench import copy_bandwidth, write_cells_csv
 from ddtree_core.mask import ancestor_mask
 
 KNEE_TOLERANCE = 0.10
@@ -449,11 +448,7 @@ def run(config: BenchConfig, out: Path, echo: Callable[[str], None] = print) -> 
 def write_results(
     out: Path, config: BenchConfig, bandwidth: float | None, stamp: dict, results: list[CellResult]
 ) -> None:
-    rows = [dataclasses.asdict(r) for r in results]
-    with open(out / "cells.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[f.name for f in dataclasses.fields(CellResult)])
-        writer.writeheader()
-        writer.writerows(rows)
+    rows = write_cells_csv(out / "cells.csv", results, CellResult)
     shape = PRESETS[config.preset]
     scaled = config.layers < shape.layers
     record = {

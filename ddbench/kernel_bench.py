@@ -312,14 +312,20 @@ def run(config: BenchConfig, out: Path, echo: Callable[[str], None] = print) -> 
     return results
 
 
+def write_cells_csv(path: Path, results: list, cls: type) -> list[dict]:
+    """cells.csv of dataclass results (columns: cls's fields); returns the rows as dicts."""
+    rows = [dataclasses.asdict(r) for r in results]
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[f.name for f in dataclasses.fields(cls)])
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows
+
+
 def write_results(
     out: Path, config: BenchConfig, bandwidth: float | None, stamp: dict, results: list[CellResult]
 ) -> None:
-    rows = [dataclasses.asdict(r) for r in results]
-    with open(out / "cells.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[f.name for f in dataclasses.fields(CellResult)])
-        writer.writeheader()
-        writer.writerows(rows)
+    rows = write_cells_csv(out / "cells.csv", results, CellResult)
     record = {
         "config": dataclasses.asdict(config),
         "copy_bandwidth_bytes_per_s": bandwidth,

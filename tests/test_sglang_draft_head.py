@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from trees import capture_cuda_graph
 
 from ddtree_core.sglang import rounds
 from ddtree_core.sglang.config import RequestSettings, ServerSettings
@@ -90,19 +91,7 @@ def test_head_replays_in_a_cuda_graph_with_new_inputs():
     hidden = torch.zeros(4 * 16, 64, device="cuda", dtype=torch.bfloat16)
     defaults = RequestSettings.defaults(settings)
     head.load([defaults] * 4, torch.zeros(4, dtype=torch.int64, device="cuda"), torch.zeros(4, device="cuda"))
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        with torch.cuda.stream(stream):
-            head(hidden)  # warm-up, sync-free
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        head(hidden)
+    graph, _ = capture_cuda_graph(lambda: head(hidden))  # after a sync-free eager run
     requests = [defaults, RequestSettings(15, 15, 1.0), RequestSettings(64, 3, 0.5), RequestSettings(0, 15, 1.0)]
     hidden.copy_(torch.randn(4 * 16, 64, device="cuda").bfloat16())
     bonus, prefix = torch.randint(0, 4096, (4,), device="cuda"), torch.tensor([3, 50, 7, 900], device="cuda")

@@ -55,8 +55,8 @@ def tree_to(tree, device):
     return dataclasses.replace(tree, **{name: getattr(tree, name).to(device) for name in TENSOR_FIELDS})
 
 
-def replay_in_cuda_graph(fn):
-    """Run `fn` eagerly with host syncs forbidden, capture it in a CUDA graph, replay, return its outputs."""
+def capture_cuda_graph(fn):
+    """Run `fn` eagerly with host syncs forbidden, then capture it in a CUDA graph: (graph, its outputs)."""
     torch.cuda.synchronize()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -70,6 +70,12 @@ def replay_in_cuda_graph(fn):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = fn()
+    return graph, out
+
+
+def replay_in_cuda_graph(fn):
+    """capture_cuda_graph, one replay, and the outputs it wrote."""
+    graph, out = capture_cuda_graph(fn)
     graph.replay()
     torch.cuda.synchronize()
     return out

@@ -29,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ddtree_core.kernels.tree_walk import walk_path
 from ddtree_core.sglang.rounds import STATS_COLUMNS, CommittedPath
 from ddtree_core.tree import DraftTopK, DraftTree
 from ddtree_core.verify import TreeWalk
@@ -61,26 +62,13 @@ def _round_tail_kernel(
     row = pid * width
     col = tl.arange(0, W_PAD)
     in_row = col < width
-    parents = tl.load(par_ptr + row + col, mask=in_row, other=-1)
-    real = (col >= 1) & (parents >= 0)
-    tokens = tl.load(tok_ptr + pid * (width - 1) + col - 1, mask=real, other=-1)
-    agree = real & (tokens == tl.load(tgt_ptr + row + parents, mask=real, other=-1))
     deepest = tl.max(tl.load(dep_ptr + row + col, mask=in_row, other=-1), 0)
     expected = tl.sum(tl.exp(tl.load(score_ptr + row + col, mask=in_row, other=float("-inf"))), 0)
-
-    # The walk (tree_walk.py): one min-reduction per step finds the current node's agreeing child.
+    # The walk (tree_walk.walk_path), then the target's token along the path.
+    accepted, tau, current = walk_path(
+        par_ptr + row, tok_ptr + pid * (width - 1), tgt_ptr + row, width, max_depth, W_PAD, S_PAD
+    )
     slot = tl.arange(0, S_PAD)
-    accepted = tl.where(slot == 0, 0, -1)
-    current = pid * 0
-    tau = current + 1
-    walking = max_depth > 0
-    while walking:
-        child = tl.min(tl.where(agree & (parents == current), col, W_PAD), 0)
-        found = child < W_PAD
-        accepted = tl.where((slot == tau) & found, child, accepted)
-        current = tl.where(found, child, current)
-        tau += found.to(tl.int32)
-        walking = found & (tau <= max_depth)
     on_path = slot < tau
     emitted = tl.load(tgt_ptr + row + accepted, mask=on_path, other=-1)  # [S_PAD]; -1 past the path
 

@@ -21,6 +21,31 @@ from ddtree_core.tree import DraftTree
 from ddtree_core.verify import TreeWalk
 
 
+@triton.jit
+def walk_path(par_row, tok_row, tgt_row, width, max_depth, W_PAD: tl.constexpr, S_PAD: tl.constexpr):
+    """One tree's walk in registers (the rows of one request: parents [W], node tokens [W-1], the target's
+    tokens [W]): (accepted [S_PAD], node per path slot, root first, -1 past the path; the path's length,
+    root included; its last node). One min-reduction per step finds the current node's agreeing child."""
+    col = tl.arange(0, W_PAD)
+    parents = tl.load(par_row + col, mask=col < width, other=-1)
+    real = (col >= 1) & (parents >= 0)
+    tokens = tl.load(tok_row + col - 1, mask=real, other=-1)
+    agree = real & (tokens == tl.load(tgt_row + parents, mask=real, other=-1))
+    slot = tl.arange(0, S_PAD)
+    accepted = tl.where(slot == 0, 0, -1)
+    current = tl.program_id(0) * 0  # an int32 tensor, whatever the arguments were specialised to
+    length = current + 1
+    walking = max_depth > 0
+    while walking:
+        child = tl.min(tl.where(agree & (parents == current), col, W_PAD), 0)
+        found = child < W_PAD
+        accepted = tl.where((slot == length) & found, child, accepted)
+        current = tl.where(found, child, current)
+        length += found.to(tl.int32)
+        walking = found & (length <= max_depth)
+    return accepted, length, current
+
+
 @triton.jit(do_not_specialize=["width", "max_depth"])
 def _walk_kernel(
     par_ptr,  # [B, W] int64: parent node index; root and padding -1
@@ -36,25 +61,10 @@ def _walk_kernel(
     D_PAD: tl.constexpr,  # next power of two >= D + 1
 ):  # fmt: skip
     pid = tl.program_id(0)
-    col = tl.arange(0, W_PAD)
-    parents = tl.load(par_ptr + pid * s_pb + col, mask=col < width, other=-1)
-    real = (col >= 1) & (parents >= 0)
-    tokens = tl.load(tok_ptr + pid * s_kb + col - 1, mask=real, other=-1)
-    chosen_at_parent = tl.load(tgt_ptr + pid * s_gb + parents, mask=real, other=-1)
-    agree = real & (tokens == chosen_at_parent)
-
+    accepted, n_accepted, current = walk_path(
+        par_ptr + pid * s_pb, tok_ptr + pid * s_kb, tgt_ptr + pid * s_gb, width, max_depth, W_PAD, D_PAD
+    )
     slot = tl.arange(0, D_PAD)
-    accepted = tl.where(slot == 0, 0, -1)
-    current = pid * 0
-    n_accepted = current + 1
-    walking = max_depth > 0
-    while walking:
-        child = tl.min(tl.where(agree & (parents == current), col, W_PAD), 0)
-        found = child < W_PAD
-        accepted = tl.where((slot == n_accepted) & found, child, accepted)
-        current = tl.where(found, child, current)
-        n_accepted += found.to(tl.int32)
-        walking = found & (n_accepted <= max_depth)
     tl.store(acc_out + pid * (max_depth + 1) + slot, accepted.to(tl.int64), mask=slot <= max_depth)
     tl.store(len_out + pid, n_accepted.to(tl.int64))
     tl.store(bonus_out + pid, tl.load(tgt_ptr + pid * s_gb + current))
