@@ -43,7 +43,7 @@ import typer
 from torch import nn
 
 from ddbench import env
-from ddbench.kernel_bench import copy_bandwidth, write_cells_csv
+from ddbench.kernel_bench import copy_bandwidth, parse_ints, write_cells_csv
 from ddtree_core.mask import ancestor_mask
 
 KNEE_TOLERANCE = 0.10
@@ -498,9 +498,6 @@ def print_table(results: list[CellResult], title: str) -> None:
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
-def _ints(text: str | None) -> tuple[int, ...] | None:
-    return tuple(int(x) for x in text.split(",")) if text else None
-
 
 def main(
     out: Annotated[Path, typer.Option(help="Folder for cells.csv and run.json.")],
@@ -523,8 +520,8 @@ def main(
         raise typer.BadParameter(f"unknown preset {preset!r}; expected one of {', '.join(PRESETS)}")
     preset = preset or config.preset
     config = dataclasses.replace(
-        config, preset=preset, layers=layers or PRESETS[preset].layers, batches=_ints(batches) or config.batches,
-        nodes=_ints(nodes) or config.nodes, prefix=config.prefix if prefix is None else prefix,
+        config, preset=preset, layers=layers or PRESETS[preset].layers, batches=parse_ints(batches) or config.batches,
+        nodes=parse_ints(nodes) or config.nodes, prefix=config.prefix if prefix is None else prefix,
         reps=reps or config.reps, warmup=config.warmup if warmup is None else warmup, peak_bandwidth=peak_bandwidth,
         peak_flops=peak_flops,
     )  # fmt: skip

@@ -362,7 +362,8 @@ def print_table(results: list[CellResult]) -> None:
     Console(width=None if sys.stdout.isatty() else 200).print(table)
 
 
-def _ints(text: str | None) -> tuple[int, ...] | None:
+def parse_ints(text: str | None) -> tuple[int, ...] | None:
+    """A comma list of ints, or None for an option left out."""
     return tuple(int(x) for x in text.split(",")) if text else None
 
 
@@ -382,9 +383,9 @@ def main(
     config = smoke_config(device, seed) if smoke else full_config(device, seed)
     config = dataclasses.replace(
         config,
-        batches=_ints(batches) or config.batches,
-        budgets=_ints(budgets) or config.budgets,
-        vocabs=_ints(vocabs) or config.vocabs,
+        batches=parse_ints(batches) or config.batches,
+        budgets=parse_ints(budgets) or config.budgets,
+        vocabs=parse_ints(vocabs) or config.vocabs,
         impls=tuple(impls.split(",")) if impls else config.impls,
     )
     results = run(config, out)
