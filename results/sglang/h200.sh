@@ -16,6 +16,7 @@
 #   fold        the profile job with the draft side folded into the draft CUDA graph (SGLANG_DDTREE_DRAFT_GRAPH=1);
 #               its DDTree outputs must equal the profile job's at concurrency 1 (ddbench compare --min-match 1)
 #   grid        tokens/s grid: one server per budget (verify width = budget + 1), concurrency 1..32
+#   nooverlap   greedy parity with --disable-overlap-schedule (the scheduler's synchronous path), budgets 15 and 64
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
 #   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64
@@ -113,6 +114,9 @@ sweeps)
       grid)  # tokens/s: DDTree servers started at each budget (verify width budget + 1) vs DFLASH vs AR
         sweep grid --datasets gsm8k,humaneval --num-prompts 64 --budgets 15,32,64,128 --concurrency 1,4,16,32 \
           --restart-per-budget "${FAST[@]}" ;;
+      nooverlap)
+        sweep nooverlap --datasets gsm8k --num-prompts 50 --budgets 15,64 --concurrency 1,16 "${FAST[@]}" \
+          --server-arg=--disable-overlap-schedule ;;
       sampled)
         sweep sampled --datasets gsm8k,humaneval --num-prompts 40 --budgets 15,64 --temperatures 1 \
           --concurrency 1,16 "${FAST[@]}" ;;
