@@ -78,7 +78,7 @@ class Job:
 class SweepOutcome:
     done: int  # cells finished in this run
     skipped: int  # cells an earlier run had finished
-    failed: tuple[str, ...]  # "cell_id: error" of the cells that failed in this run
+    failed: tuple[str, ...]  # "cell_id: error" of the cells that failed in this run, in grid order
 
 
 def run_sweep(config: SweepConfig, progress: SweepProgress | None = None) -> SweepOutcome:
@@ -106,6 +106,9 @@ def run_sweep(config: SweepConfig, progress: SweepProgress | None = None) -> Swe
         results = [folder.read_cell(cell) for cell in all_cells]
         merge_requests(folder, results)
         write_summary(folder, results)
+    # Parallel slots fail in any order; report in grid order, so "the first failure" means the same every run.
+    order = {cell.cell_id: position for position, cell in enumerate(cells)}
+    failures.sort(key=lambda failure: order.get(failure.split(": ", 1)[0], len(order)))
     return SweepOutcome(done=len(pending) - len(failures), skipped=len(cells) - len(pending), failed=tuple(failures))
 
 
