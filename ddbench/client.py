@@ -154,6 +154,12 @@ def load_prompts(config: SweepConfig) -> dict[str, list]:
     return prompts
 
 
+def chat_input_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+    """The DDTree harness's prompt: chat template as text (no thinking), then `encode`."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    return list(tokenizer.encode(text))
+
+
 class Inputs:
     """Prompts per dataset label and the target's tokenizer; tokenization is serialized (thread safety)."""
 
@@ -171,12 +177,8 @@ class Inputs:
         return sum(len(prompt.turns) for prompt in self.prompts[dataset])
 
     def encode(self, messages: list[dict[str, str]]) -> list[int]:
-        """The DDTree harness's prompt: chat template as text (no thinking), then `encode`."""
         with self._lock:
-            text = self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
-            )
-            return list(self.tokenizer.encode(text))
+            return chat_input_ids(self.tokenizer, messages)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         with self._lock:

@@ -122,34 +122,26 @@ def sides_from_results(results: Sequence[CellResult]) -> list[Side]:
     return sides
 
 
+# The cell metrics a Side copies from a summary row or an offline cell (both carry them by these names).
+_CELL_METRICS = (
+    "acceptance_length", "acceptance_length_per_response", "accept_histogram", "depth_acceptance",
+    "speedup_vs_ar", "parity",
+)  # fmt: skip
+
+
 def _side_from_summary(row: CellSummary, outputs: dict, labels: dict, accept_lens: dict) -> Side:
-    return Side(
-        key=row.cell.key,
-        acceptance_length=row.acceptance_length,
-        acceptance_length_per_response=row.acceptance_length_per_response,
-        accept_histogram=row.accept_histogram,
-        depth_acceptance=row.depth_acceptance,
-        speedup_vs_ar=row.speedup_vs_ar,
-        parity=row.parity,
-        outputs=outputs,
-        labels=labels,
-        accept_lens=accept_lens,
-    )
+    cell_metrics = {name: getattr(row, name) for name in _CELL_METRICS}
+    return Side(key=row.cell.key, **cell_metrics, outputs=outputs, labels=labels, accept_lens=accept_lens)
 
 
 def side_from_offline(cell: OfflineCell) -> Side:
-    labels = {r.prompt_hash: f"p{r.prompt_index}t{r.turn}" for r in cell.responses if r.prompt_index is not None}
+    responses = cell.responses
     return Side(
         key=cell.key,
-        acceptance_length=cell.acceptance_length,
-        acceptance_length_per_response=cell.acceptance_length_per_response,
-        accept_histogram=cell.accept_histogram,
-        depth_acceptance=cell.depth_acceptance,
-        speedup_vs_ar=cell.speedup_vs_ar,
-        parity=cell.parity,
-        outputs={r.prompt_hash: r.output_ids for r in cell.responses},
-        labels=labels,
-        accept_lens={r.prompt_hash: tuple(r.acceptance_lengths) for r in cell.responses},
+        **{name: getattr(cell, name) for name in _CELL_METRICS},
+        outputs={r.prompt_hash: r.output_ids for r in responses},
+        labels={r.prompt_hash: f"p{r.prompt_index}t{r.turn}" for r in responses if r.prompt_index is not None},
+        accept_lens={r.prompt_hash: tuple(r.acceptance_lengths) for r in responses},
     )
 
 

@@ -43,7 +43,7 @@ import typer
 from torch import nn
 
 from ddbench import env
-from ddbench.kernel_bench import copy_bandwidth, parse_ints, write_cells_csv
+from ddbench.kernel_bench import capture_graph, copy_bandwidth, parse_ints, write_cells_csv
 from ddtree_core.mask import ancestor_mask
 
 KNEE_TOLERANCE = 0.10
@@ -319,7 +319,7 @@ def median_ms(fn: Callable[[], object], config: BenchConfig) -> tuple[float, boo
             times.append((time.perf_counter() - start) * 1e3)
         return statistics.median(times), None, ""
     try:
-        graph = _capture(fn)
+        graph = capture_graph(fn)
     except Exception as error:  # noqa: BLE001 - a capture failure is recorded and timed eagerly
         torch.cuda.synchronize()
         return _event_median_ms(fn, config), False, f"graph capture failed, eager: {_first_line(error)}"
@@ -327,19 +327,6 @@ def median_ms(fn: Callable[[], object], config: BenchConfig) -> tuple[float, boo
         return _event_median_ms(graph.replay, config), True, ""
     finally:
         del graph
-
-
-def _capture(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph
 
 
 def _event_median_ms(fn: Callable[[], object], config: BenchConfig) -> float:

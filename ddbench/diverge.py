@@ -26,7 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddbench.config import DDBenchError, dataset_label
+from ddbench.client import chat_input_ids, load_prompts
+from ddbench.config import DDBenchError, build_config
+from ddbench.datasets import chat_messages
 from ddbench.results import CellResult, RequestRecord, RunFolder, find_run_folder, load_cells, prompt_hash
 from ddtree_core import metrics
 
@@ -120,24 +122,15 @@ def pending_divergences(results: Sequence[CellResult]) -> tuple[list[Pending], d
 
 
 class PromptBuilder:
-    """The token ids a request was sent: dataset prompt, AR's earlier answers, chat template."""
+    """The token ids a request was sent: dataset prompt, AR's earlier answers, chat template (as the client)."""
 
     def __init__(self, manifest_config: dict, tokenizer, ar_records: Sequence[RequestRecord], data_dir: str | None):
-        from ddbench import datasets
-
+        config = build_config(manifest_config, {"data_dir": data_dir})
         self._tokenizer = tokenizer
-        self._prompts = {}
-        for name in manifest_config["datasets"]:
-            try:
-                loaded = datasets.load_prompts(name, manifest_config["num_prompts"], data_dir=data_dir)
-            except (ValueError, OSError, datasets.DatasetUnavailableError) as error:
-                raise DDBenchError(f"dataset {name}: {str(error).splitlines()[0]}") from error
-            self._prompts[dataset_label(name)] = {prompt.index: prompt for prompt in loaded}
+        self._prompts = {label: {p.index: p for p in prompts} for label, prompts in load_prompts(config).items()}
         self._answers = {(r.dataset, r.prompt_index, r.turn): r.output_ids for r in ar_records}
 
     def input_ids(self, record: RequestRecord) -> list[int]:
-        from ddbench.datasets import chat_messages
-
         prompt = self._prompts.get(record.dataset, {}).get(record.prompt_index)
         if prompt is None:
             raise DDBenchError(f"{record.cell_id}: prompt {record.prompt_index} is not in {record.dataset}")
@@ -146,10 +139,7 @@ class PromptBuilder:
                                    skip_special_tokens=True)
             for turn in range(record.turn)
         ]  # fmt: skip
-        text = self._tokenizer.apply_chat_template(
-            chat_messages(prompt, answers), tokenize=False, add_generation_prompt=True, enable_thinking=False
-        )
-        ids = list(self._tokenizer.encode(text))
+        ids = chat_input_ids(self._tokenizer, chat_messages(prompt, answers))
         if prompt_hash(ids) != record.prompt_hash:
             raise DDBenchError(
                 f"{record.cell_id} prompt {record.prompt_index} turn {record.turn}: the rebuilt prompt's hash "
@@ -254,7 +244,7 @@ def run(
         raise DDBenchError(f"target model {model} not found; pass --model (the run's target folder)")
     tokenizer = AutoTokenizer.from_pretrained(model)
     ar_records = [r for result in results if result.cell.method == "ar" for r in result.records]
-    builder = PromptBuilder(config, tokenizer, ar_records, data_dir or config.get("data_dir"))
+    builder = PromptBuilder(config, tokenizer, ar_records, data_dir)
     on_row = progress(len(pending)) if progress else (lambda: None)
     next_logits = target_logits_fn(model, dtype=dtype, device=device) if pending else None
     rows = analyse(pending, builder.input_ids, next_logits, tie_threshold=tie_threshold, on_row=on_row)

@@ -107,8 +107,8 @@ def copy_bandwidth(device: str) -> float | None:
     return 2 * src.numel() / seconds
 
 
-def graph_seconds(fn: Callable[[], object], min_seconds: float) -> float:
-    """Mean seconds per replay of a CUDA graph of fn (captured after two eager warm-ups)."""
+def capture_graph(fn: Callable[[], object]) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of fn, captured after two eager warm-ups on a side stream."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -118,6 +118,12 @@ def graph_seconds(fn: Callable[[], object], min_seconds: float) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
+    return graph
+
+
+def graph_seconds(fn: Callable[[], object], min_seconds: float) -> float:
+    """Mean seconds per replay of a CUDA graph of fn (capture_graph)."""
+    graph = capture_graph(fn)
     try:
         return _timed_replays(graph.replay, min_seconds)
     finally:

@@ -22,14 +22,10 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.kernel_bench import eager_seconds, graph_seconds
+from ddbench.kernel_bench import eager_seconds, graph_seconds, parse_ints
 
 LENGTH = 16
 COLUMNS = ("batch", "vocab", "k", "tile", "chunks", "us", "equal", "note")
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",")]
 
 
 def run(
@@ -114,7 +110,7 @@ def main(
         os.environ.setdefault("TRITON_INTERPRET", "1")
     if smoke:
         batches, vocabs, ks, tiles, chunks = "1,2", "300", "4", "64,128", "1,2"
-    run(out, _ints(batches), _ints(vocabs), _ints(ks), _ints(tiles), _ints(chunks))
+    run(out, *(list(parse_ints(text)) for text in (batches, vocabs, ks, tiles, chunks)))
 
 
 if __name__ == "__main__":

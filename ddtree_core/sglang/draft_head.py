@@ -77,15 +77,9 @@ class DraftHead:
         if bs > self.max_bs:
             raise ValueError(f"DDTREE draft head: batch {bs} exceeds the captured maximum {self.max_bs}")
         if list(settings) != self._loaded[:bs]:
-            pin = self.bonus.device.type == "cuda"
-            columns = {
-                "budgets": ([s.budget for s in settings], torch.int64),
-                "max_depths": ([s.max_depth for s in settings], torch.int64),
-                "draft_temperatures": ([s.draft_temperature for s in settings], torch.float32),
-            }
-            for name, (values, dtype) in columns.items():
-                staged = torch.tensor(values, dtype=dtype, pin_memory=pin)  # the allocator keeps it until copied
-                getattr(self.limits, name)[:bs].copy_(staged, non_blocking=True)
+            staged = rounds.staged_limits(settings, pin=self.bonus.device.type == "cuda")
+            for field in dataclasses.fields(staged):
+                getattr(self.limits, field.name)[:bs].copy_(getattr(staged, field.name), non_blocking=True)
             self._loaded[:bs] = settings
         self.bonus[:bs].copy_(bonus)
         self.prefix[:bs].copy_(prefix_lens)

@@ -26,6 +26,7 @@ import torch
 ENV_PROFILE_EVERY = "SGLANG_DDTREE_PROFILE_EVERY"
 
 logger = logging.getLogger(__name__)
+_OFF = contextlib.nullcontext()
 
 
 class StageTimer:
@@ -56,11 +57,12 @@ class StageTimer:
         self._rounds = 0
         self._requests = 0
 
+    def stage(self, name: str) -> contextlib.AbstractContextManager:
+        """Time the `with` block as stage `name`; when off, a shared no-op context (nothing per round)."""
+        return self._timed(name) if self.enabled else _OFF
+
     @contextlib.contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        if not self.enabled:
-            yield
-            return
+    def _timed(self, name: str) -> Iterator[None]:
         start_event = end_event = None
         if self._cuda:
             start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

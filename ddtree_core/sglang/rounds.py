@@ -21,6 +21,7 @@ that request's logits before the top-K.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,17 +76,22 @@ def request_limits(
     default = RequestSettings.defaults(server)
     if all(s == default for s in settings):
         return None
-    pin = torch.device(device).type == "cuda"
+    staged = staged_limits(settings, pin=torch.device(device).type == "cuda")
+    fields = dataclasses.fields(RequestLimits)
+    return RequestLimits(*(getattr(staged, f.name).to(device, non_blocking=True) for f in fields))
 
-    def to_device(values: list, dtype: torch.dtype) -> torch.Tensor:
-        # A pinned staging tensor per round: the copy is asynchronous and the allocator keeps the
-        # staging memory alive until it completes.
-        return torch.tensor(values, dtype=dtype, pin_memory=pin).to(device, non_blocking=True)
+
+def staged_limits(settings: Sequence[RequestSettings], *, pin: bool) -> RequestLimits:
+    """Per-request settings as host tensors (pinned for an asynchronous copy: the allocator keeps the
+    staging memory alive until the copy completes)."""
+
+    def column(values: list, dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype, pin_memory=pin)
 
     return RequestLimits(
-        budgets=to_device([s.budget for s in settings], torch.int64),
-        max_depths=to_device([s.max_depth for s in settings], torch.int64),
-        draft_temperatures=to_device([s.draft_temperature for s in settings], torch.float32),
+        budgets=column([s.budget for s in settings], torch.int64),
+        max_depths=column([s.max_depth for s in settings], torch.int64),
+        draft_temperatures=column([s.draft_temperature for s in settings], torch.float32),
     )
 
 

@@ -84,7 +84,6 @@ class DDTreeWorker(DFlashWorkerV2):
         check_target(target_worker.model_runner, self.settings.budget)
         self._logits_processor = target_worker.model_runner.model.logits_processor
         self._logits_metadata = LogitsMetadata(forward_mode=ForwardMode.DECODE)
-        self._vocab_size = int(target_worker.model_runner.model_config.vocab_size)
         self._warned_request_settings = False
         self._timer = StageTimer.from_env(self.device)
         self._draft_head: draft_head.DraftHead | None = None  # built with the draft CUDA graphs
@@ -231,11 +230,10 @@ class DDTreeWorker(DFlashWorkerV2):
         return self._head_logits(hidden.reshape(-1, width)).view(bs, depth, -1)
 
     def _head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[n, H] -> [n, V]: the target's lm_head through its logits processor (TP gather, scale, softcap),
-        cut to the model's vocabulary (a padded head's extra columns never enter a top-K list)."""
+        """[n, H] -> [n, V] float32: the target's lm_head through its logits processor (TP gather, scale,
+        softcap; it cuts a padded head to the vocabulary, so padding columns never enter a top-K list)."""
         lm_head = self.target_worker.model_runner.model.lm_head
-        logits = self._logits_processor._get_logits(hidden, lm_head, self._logits_metadata)
-        return logits[:, : self._vocab_size]
+        return self._logits_processor._get_logits(hidden, lm_head, self._logits_metadata)
 
     def _request_settings(self, reqs) -> list[RequestSettings]:
         """Each request's settings, parsed once per request and kept on it (custom_params do not change
