@@ -22,6 +22,7 @@ hash, so a mismatch is reported rather than silently analysed on the wrong promp
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -280,6 +281,15 @@ def markdown(rows: Sequence[DivergenceRow], cells: Sequence[CellDivergence], tie
             f"| {cell.cell_id} | {cell.compared} | {cell.identical} | {cell.near_ties} | {cell.not_ties} | {gap} "
             f"| {cell.history_differs} |"
         )
+    lines += ["", "| method | divergences | median abs gap | max abs gap | float32 top-1: AR / other / neither |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for method in sorted({row.method for row in rows}):
+        mine = [row for row in rows if row.method == method]
+        gaps = sorted(abs(row.gap) for row in mine if row.gap is not None)
+        median = f"{statistics.median(gaps):.3f}" if gaps else "-"
+        top = "-" if not gaps else f"{max(gaps):.3f}"
+        counts = " / ".join(str(sum(row.preferred == side for row in mine)) for side in ("ar", "other", "neither"))
+        lines.append(f"| {method} | {len(mine)} | {median} | {top} | {counts} |")
     worst = sorted((row for row in rows if not row.near_tie), key=lambda row: -abs(row.gap or float("inf")))
     if worst:
         lines += ["", "Divergences that are not near-ties (largest gap first):", ""]

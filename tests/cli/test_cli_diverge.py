@@ -108,6 +108,8 @@ def test_a_wrong_token_is_not_a_near_tie(swept_small, tiny_pair, tmp_path):
     assert (int(row["position"]), int(row["other_token"]), row["near_tie"]) == (3, worst, "False")
     assert float(row["gap"]) == pytest.approx(float(logits.max() - logits.min()), abs=1e-4) and float(row["gap"]) > 1
     assert row["preferred"] == "ar"
+    gap = f"{abs(float(row['gap'])):.3f}"
+    assert f"| ddtree | 1 | {gap} | {gap} | 1 / 0 / 0 |" in (broken / "divergences.md").read_text()
     lenient = runner.invoke(app, ["diverge", str(broken), "--model", str(tiny_pair[0]), "--tie-threshold", "1e9"])
     assert lenient.exit_code == 0, lenient.output
 
