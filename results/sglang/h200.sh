@@ -6,8 +6,10 @@
 #   bash results/sglang/h200.sh carry        the pieces this call carries
 #   bash results/sglang/h200.sh serve [JOB..] the last piece and .device/data: join and check the GGUF,
 #                                            prepare the target, start the jobs (setsid)
-#   bash results/sglang/h200.sh restart [JOB..]  stop the jobs, take this call's ddtree_core/ddbench, resume
+#   bash results/sglang/h200.sh restart [JOB..]  stop all jobs, take this call's ddtree_core/ddbench, resume
 #   bash results/sglang/h200.sh wait SECS    wait for the jobs, pack logs and results into $OUT
+# A `/` splits the jobs into queues that run side by side, the first on GPU 0, the next on GPU 1
+# (nvidia-h200-x2): `serve trace grid / gputests kvleak` (logs sweeps-0.log, sweeps-1.log).
 # Jobs (default: match parity-p1 parity-p16, the first run's):
 #   match       the reference engine's held-out prompts and budgets (+ budget 15), concurrency 1
 #   parity-p1   greedy parity, 100 prompts x 2 datasets, budgets 15..128, concurrency 1 and 16
@@ -22,6 +24,8 @@
 #   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64
 #   campaign    configs/testbed-h200-campaign.toml at T = 0 (budgets 16..1024, one server each; 1..32 in flight)
 #   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature at budget 64)
+#   trace       torch-profiler traces of decode rounds (results/sglang/trace_rounds.py), AR, DFLASH, DDTree
+#               b15 (verify width 16, as DFLASH's block) and b128, 1 and 16 in flight
 #   gputests    pytest -m gpu (a minute; run it first: the new kernels have only run under the interpreter)
 #   kernels     the draft-side kernel benchmark (reference, torch, triton) and the top-K launch sweep
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
@@ -40,6 +44,19 @@ SERVER=(--server-arg=--attention-backend --server-arg=triton --server-arg=--samp
 # Later jobs skip the prefill CUDA graphs (about 1 minute of capture per server start; decode and verify
 # graphs stay on).
 FAST=(--server-arg=--disable-prefill-cuda-graph)
+queues() {  # queues JOB.. [/ JOB..]: one setsid'd `sweeps` per queue, queue i on GPU i
+  local gpu=0 jobs=()
+  rm -f "$W/done"
+  for arg in "$@" /; do
+    if [ "$arg" = / ]; then
+      GPU=$gpu setsid nohup bash results/sglang/h200.sh sweeps "${jobs[@]}" >> "$W/sweeps-$gpu.log" 2>&1 < /dev/null &
+      gpu=$((gpu + 1)); jobs=()
+    else
+      jobs+=("$arg")
+    fi
+  done
+  echo "$gpu" > "$W/queues"
+}
 case $1 in
 setup)
   stash
@@ -62,37 +79,43 @@ serve)
   cd "$W/repo" && export PYTHONPATH=/tmp/site:$W/repo
   python3 -m ddbench.testbed prepare --cache-dir "$W/cache" --gguf "$W/smol.gguf" 2>&1 | tee "$OUT/prepare.log"
   sha256sum "$W/cache/SmolLM2-135M-Instruct/model.safetensors"
-  rm -f "$W/done"
   shift
-  setsid nohup bash results/sglang/h200.sh sweeps "$@" > "$W/sweeps.log" 2>&1 < /dev/null &
-  sleep 5; cat "$W/sweeps.log"
+  queues "$@"
+  sleep 5; cat "$W"/sweeps-*.log
   ;;
 restart)
   pkill -f "[h]200.sh sweeps"; pkill -f "[d]dbench sweep"; pkill -f "[l]aunch_server"; sleep 5
   rm -rf "$W/repo" && mkdir -p "$W/repo" && cp -r ddtree_core ddbench results tests configs pyproject.toml "$W/repo/"
-  cd "$W/repo" && rm -f "$W/done"
+  cd "$W/repo"
   shift
-  setsid nohup bash results/sglang/h200.sh sweeps "$@" >> "$W/sweeps.log" 2>&1 < /dev/null &
+  queues "$@"
   ;;
 sweeps)
   shift
+  GPU=${GPU:-0}
+  export CUDA_VISIBLE_DEVICES=$GPU  # the jobs without servers (tests, benchmarks); ddbench sets it per server
   export PYTHONPATH=/tmp/site:$W/repo
   T=$W/cache/SmolLM2-135M-Instruct
   sweep() {
     local name=$1; shift
-    python3 -m ddbench sweep --engine sglang --gpus "${GPUS:-0}" --model "${MODEL:-$T}" --draft "$W/repo/ddbench/assets/SmolLM2-135M-Instruct-DFlash-b16" --data-dir "$W/data" \
+    python3 -m ddbench sweep --engine sglang --gpus "${GPUS:-$GPU}" --model "${MODEL:-$T}" --draft "$W/repo/ddbench/assets/SmolLM2-135M-Instruct-DFlash-b16" --data-dir "$W/data" \
       --max-new-tokens 128 --out "$W/runs/$name" "${SERVER[@]}" "$@"
     echo "$name rc=$?" >> "$W/done"
   }
-  serve_ddtree() {  # serve_ddtree NAME PORT BUDGET EXTRA...: a DDTREE server in the background, until healthy
-    local name=$1 port=$2 budget=$3; shift 3
-    SGLANG_DDTREE_BUDGET=$budget python3 -m ddtree_core.sglang.launch_server --model-path "$T" \
-      --speculative-algorithm DDTREE --speculative-draft-model-path "$DRAFT" --host 127.0.0.1 --port "$port" \
-      --attention-backend triton --sampling-backend pytorch --grammar-backend none --mem-fraction-static 0.3 \
-      --disable-prefill-cuda-graph "$@" > "$W/runs/$name.log" 2>&1 &
+  serve_algo() {  # serve_algo NAME PORT AR|DFLASH|DDTREE BUDGET EXTRA...: a server on $GPU in the background
+    local name=$1 port=$2 algo=$3 budget=$4; shift 4
+    local launch=(python3 -m sglang.launch_server) spec=()
+    [ "$algo" = AR ] || spec=(--speculative-algorithm "$algo" --speculative-draft-model-path "$DRAFT")
+    [ "$algo" = DDTREE ] && launch=(python3 -m ddtree_core.sglang.launch_server)
+    CUDA_VISIBLE_DEVICES=$GPU SGLANG_DDTREE_BUDGET=$budget setsid "${launch[@]}" --model-path "$T" "${spec[@]}" \
+      --host 127.0.0.1 --port "$port" --attention-backend triton --sampling-backend pytorch --grammar-backend none \
+      --mem-fraction-static 0.3 --disable-prefill-cuda-graph "$@" > "$W/runs/$name.log" 2>&1 &
+    SERVER_PID=$!
     until python3 -c "import httpx, sys; sys.exit(httpx.get('http://127.0.0.1:$port/health').status_code != 200)" \
-      2> /dev/null; do sleep 2; kill -0 $! 2> /dev/null || return 1; done
+      2> /dev/null; do sleep 2; kill -0 $SERVER_PID 2> /dev/null || return 1; done
   }
+  stop_server() { kill -- -"$SERVER_PID" 2> /dev/null; sleep 5; kill -9 -- -"$SERVER_PID" 2> /dev/null; }
+  PORT=$((31000 + 100 * GPU))
   DRAFT=$W/repo/ddbench/assets/SmolLM2-135M-Instruct-DFlash-b16
   mkdir -p "$W/runs"
   for job in "${@:-match parity-p1 parity-p16}"; do
@@ -122,16 +145,25 @@ sweeps)
           --concurrency 1,16 "${FAST[@]}" ;;
       kvleak)
         for page in 1 16; do
-          serve_ddtree "kvleak-server-p$page" 31000 64 --enable-metrics --page-size $page \
-            || { echo "kvleak p$page: no server"; continue; }
-          python3 results/sglang/kv_leak.py --url http://127.0.0.1:31000 > "$W/runs/kv_leak-p$page.txt" 2>&1
-          python3 results/sglang/kv_leak.py --url http://127.0.0.1:31000 --abort-fraction 0.1 \
+          serve_algo "kvleak-server-p$page" $PORT DDTREE 64 --enable-metrics --page-size $page \
+            || { echo "kvleak p$page: no server"; stop_server; continue; }
+          python3 results/sglang/kv_leak.py --url http://127.0.0.1:$PORT > "$W/runs/kv_leak-p$page.txt" 2>&1
+          python3 results/sglang/kv_leak.py --url http://127.0.0.1:$PORT --abort-fraction 0.1 \
             >> "$W/runs/kv_leak-p$page.txt" 2>&1
-          python3 -c "import httpx; print(httpx.get('http://127.0.0.1:31000/metrics').text)" \
+          python3 -c "import httpx; print(httpx.get('http://127.0.0.1:$PORT/metrics').text)" \
             | grep -E '^sglang:(ddtree_|spec_)' > "$W/runs/metrics-p$page.txt"
-          pkill -f "[l]aunch_server.*--port 31000"; sleep 5
+          stop_server
         done
         echo "kvleak rc=0" >> "$W/done" ;;
+      trace)
+        for spec in "dflash DFLASH 0" "ddtree-b15 DDTREE 15" "ddtree-b128 DDTREE 128" "ar AR 0"; do
+          read -r name algo budget <<< "$spec"
+          serve_algo "trace-$name" $PORT "$algo" "$budget" || { echo "trace $name: no server"; stop_server; continue; }
+          python3 results/sglang/trace_rounds.py --url http://127.0.0.1:$PORT --out "$W/runs/trace" --prefix "$name" \
+            --data-dir "$W/data" --concurrency 1,16 >> "$W/runs/trace.log" 2>&1
+          stop_server
+        done
+        echo "trace rc=0" >> "$W/done" ;;
       tp2)
         P=$W/cache/SmolLM2-135M-Instruct-heads12
         python3 -m ddbench.testbed pad-heads "$T" "$P" --num-heads 12 --num-kv-heads 4
@@ -157,12 +189,15 @@ sweeps)
       esac
     done
   done
-  echo all >> "$W/done"
+  echo "all-$GPU" >> "$W/done"
   ;;
 wait)
-  timeout "${2:-500}" bash -c "until grep -q '^all' $W/done 2>/dev/null; do sleep 5; done"
-  cat "$W/done" 2>/dev/null; tail -30 "$W/sweeps.log"
-  cp "$W/sweeps.log" "$OUT/"
-  [ -d "$W/runs" ] && tar czf "$OUT/runs.tgz" -C "$W" runs
+  n=$(cat "$W/queues" 2> /dev/null || echo 1)
+  timeout "${2:-500}" bash -c "until [ \$(grep -c '^all' $W/done 2>/dev/null) -ge $n ]; do sleep 5; done"
+  cat "$W/done" 2>/dev/null; tail -n 15 "$W"/sweeps-*.log
+  cp "$W"/sweeps-*.log "$OUT/"
+  [ -d "$W/runs" ] && tar czf "$OUT/runs.tgz" -C "$W" --exclude runs/trace runs
+  [ -d "$W/runs/trace" ] && tar cf "$OUT/trace.tar" -C "$W/runs" trace  # gzipped traces
+  ls -l "$OUT"
   ;;
 esac
