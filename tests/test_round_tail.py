@@ -40,14 +40,19 @@ def assert_tail_equal(fused, composed, width):
     torch.testing.assert_close(as_float(stats), as_float(ref_stats), rtol=(width + 2) * 2**-23, atol=0)
 
 
-def both(tree, target, topk, prefix):
+def both(tree, target, topk, prefix, slots):
     """The fused tail and the composed one (torch impl), after checking torch against the reference."""
-    composed = round_tail(tree, target, topk, prefix, impl="torch")
-    reference = round_tail(tree, target, topk, prefix, impl="reference")
+    composed = round_tail(tree, target, topk, prefix, cache_loc=slots, impl="torch")
+    reference = round_tail(tree, target, topk, prefix, cache_loc=slots, impl="reference")
     assert_same(composed[0], reference[0])
     assert_same(composed[1], reference[1])
     assert torch.equal(composed[2], reference[2])
-    return round_tail(tree, target, topk, prefix, impl="triton"), composed
+    return round_tail(tree, target, topk, prefix, cache_loc=slots, impl="triton"), composed
+
+
+def distinct_slots(batch, width, generator):
+    """[B, W] int64 KV slots, all distinct and none 0 (SGLang's dummy slot), as a KV allocator hands out."""
+    return (torch.randperm(1 << 20, generator=generator)[: batch * width] + 1).view(batch, width)
 
 
 def worked_round(batch):
@@ -62,7 +67,8 @@ def worked_round(batch):
 def test_worked_example_hand_drawn():
     topk, tree = worked_round(batch=3)
     target = torch.tensor([[10, 13, 7, 7, 7, 7], [99, 0, 0, 0, 0, 0], [11, 0, 0, 0, 12, 0]])
-    fused, composed = both(tree, target, topk, torch.tensor([3, 10, 0]))
+    slots = 100 + torch.arange(3 * 6).view(3, 6)  # request b's column c writes KV slot 100 + 6b + c
+    fused, composed = both(tree, target, topk, torch.tensor([3, 10, 0]), slots)
     assert_tail_equal(fused, composed, tree.width)
     walk, path, stats = fused
     # root→10→13, bonus 7 | no child matches, bonus 99 | root→11, bonus 12 (in the depth-2 list, rank 0)
@@ -72,6 +78,10 @@ def test_worked_example_hand_drawn():
     assert path.hidden_rows.tolist() == [[0, 1, 3], [6, 6, 6], [12, 16, 12]]
     assert path.positions.tolist() == [[3, 4, 5], [10, 11, 12], [0, 1, 2]]
     assert path.out_tokens.tolist() == [[10, 13, 7], [99, 0, 0], [11, 12, 0]]
+    # KV move: verify slot k <- the slot of path node k (node 3 -> slot 2 of request 0, node 4 -> slot 1
+    # of request 2); identity pairs stay, padding pairs are 0 -> 0
+    assert path.kv_dst.tolist() == [[100, 101, 102], [106, 0, 0], [112, 113, 0]]
+    assert path.kv_src.tolist() == [[100, 101, 103], [106, 0, 0], [112, 116, 0]]
     assert path.commit_lens.tolist() == [3, 1, 2] and path.new_seq_lens.tolist() == [6, 11, 2]
     # accept_len, num_nodes, depth_reached, top_k; ranks at depths 1, 2 (K = 2: a miss; -1: past the walk)
     assert stats[:, exact_columns(stats)].tolist() == [[3, 4, 2, 2, 0, 1], [1, 4, 2, 2, 2, -1], [2, 4, 2, 2, 1, 0]]
@@ -82,17 +92,21 @@ def test_worked_example_hand_drawn():
 def test_root_only_trees():
     tree = DraftTree.root_only(batch=2, max_depth=3, device="cpu")
     topk = DraftTopK(torch.zeros(2, 3, 4), torch.tensor([5, 6, 7, 8]).expand(2, 3, 4))
-    fused, composed = both(tree, torch.tensor([[7], [9]]), topk, torch.tensor([4, 0], dtype=torch.int32))
+    prefix, slots = torch.tensor([4, 0], dtype=torch.int32), torch.tensor([[50], [60]])
+    fused, composed = both(tree, torch.tensor([[7], [9]]), topk, prefix, slots)
     assert_tail_equal(fused, composed, tree.width)
     walk, path, stats = fused
     assert walk.accepted.tolist() == [[0, -1, -1, -1]] * 2 and walk.bonus.tolist() == [7, 9]
+    # W = 1 < P = 4: only the root's slot is a pair
+    assert path.kv_dst.tolist() == path.kv_src.tolist() == [[50, 0, 0, 0], [60, 0, 0, 0]]
     assert path.out_tokens.tolist() == [[7, 0, 0, 0], [9, 0, 0, 0]] and path.new_seq_lens.tolist() == [5, 1]
     assert stats[:, exact_columns(stats)].tolist() == [[1, 0, 0, 4, 2, -1, -1], [1, 0, 0, 4, 4, -1, -1]]
 
 
 def random_round(seed, batch, depth, k, budgets, tree_depth=None, vocab=300, sampled=False):
     """Top-K lists [batch, depth, k] of random logits, the reference trees of `budgets` (width: the
-    largest budget + 1, or more), guided target tokens (random vocabulary tokens when `sampled`), prefix lens."""
+    largest budget + 1, or more), guided target tokens (random vocabulary tokens when `sampled`), prefix
+    lens, distinct verify KV slots."""
     generator = torch.Generator().manual_seed(seed)
     scale = torch.linspace(1.0, 8.0, batch).view(-1, 1, 1)
     topk = draft_topk(torch.randn(batch, depth, vocab, generator=generator) * scale, k, impl="reference")
@@ -102,7 +116,8 @@ def random_round(seed, batch, depth, k, budgets, tree_depth=None, vocab=300, sam
     )
     target = guided_targets(tree, generator, vocab if sampled else None, stray=0.2 if sampled else 0.02)
     prefix = torch.randint(0, 5000, (batch,), generator=generator)
-    return topk, tree, target, prefix.to(torch.int32 if seed % 2 else torch.int64)
+    slots = distinct_slots(batch, tree.width, generator)
+    return topk, tree, target, prefix.to(torch.int32 if seed % 2 else torch.int64), slots
 
 
 def random_cases(count):
@@ -130,9 +145,12 @@ EDGES = [  # seed, batch, depth, K, budgets, tree depth, sampled
 
 @pytest.mark.parametrize("seed, batch, depth, k, budgets, tree_depth, sampled", EDGES + random_cases(12))
 def test_fused_equals_composed_on_random_rounds(seed, batch, depth, k, budgets, tree_depth, sampled):
-    topk, tree, target, prefix = random_round(seed, batch, depth, k, budgets, tree_depth, sampled=sampled)
-    fused, composed = both(tree, target, topk, prefix)
+    topk, tree, target, prefix, slots = random_round(seed, batch, depth, k, budgets, tree_depth, sampled=sampled)
+    fused, composed = both(tree, target, topk, prefix, slots)
     assert_tail_equal(fused, composed, tree.width)
+    path, on_path = fused[1], fused[0].accepted >= 0
+    assert bool(on_path.any(1).all()) and bool((path.kv_dst[~on_path] == 0).all())
+    assert bool((path.kv_src[~on_path] == 0).all()) and bool((path.kv_src[on_path] > 0).all())
 
 
 def test_a_miss_at_every_depth():
@@ -145,7 +163,8 @@ def test_a_miss_at_every_depth():
     tree = build_tree_from_topk(topk, 40, impl="reference")
     stops = torch.arange(batch).unsqueeze(1)
     target = torch.where(tree.depths < stops, 3, MISS_TOKEN)
-    fused, composed = both(tree, target, topk, torch.zeros(batch, dtype=torch.int64))
+    slots = distinct_slots(batch, tree.width, torch.Generator().manual_seed(8))
+    fused, composed = both(tree, target, topk, torch.zeros(batch, dtype=torch.int64), slots)
     assert_tail_equal(fused, composed, tree.width)
     walk, _, stats = fused
     assert walk.accept_lens.tolist() == list(range(1, batch + 1))
@@ -154,10 +173,14 @@ def test_a_miss_at_every_depth():
         assert ranks[b] == ([0] * b + [k] + [-1] * depth)[:depth], b
 
 
-def test_target_shape_mismatch_is_an_error():
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+def test_shape_mismatch_is_an_error(impl):
     topk, tree = worked_round(batch=1)
+    good, short = torch.zeros(1, 6, dtype=torch.int64), torch.zeros(1, 5, dtype=torch.int64)
     with pytest.raises(ValueError, match="target_tokens"):
-        round_tail(tree, torch.zeros(1, 5, dtype=torch.int64), topk, torch.zeros(1), impl="triton")
+        round_tail(tree, short, topk, torch.zeros(1), cache_loc=good, impl=impl)
+    with pytest.raises(ValueError, match="cache_loc"):
+        round_tail(tree, good, topk, torch.zeros(1), cache_loc=short, impl=impl)
 
 
 def test_fused_path_is_one_launch_and_allocations(monkeypatch):
@@ -178,13 +201,13 @@ def test_fused_path_is_one_launch_and_allocations(monkeypatch):
 
     launches = []
     monkeypatch.setattr(kernel, "_round_tail_kernel", {(3,): lambda *args, **kwargs: launches.append(args)})
-    topk, tree, target, prefix = random_round(0, 3, 6, 16, [20, 0, 7], 6)
+    topk, tree, target, prefix, slots = random_round(0, 3, 6, 16, [20, 0, 7], 6)
     with Ops() as ops:
-        round_tail(tree, target, topk, prefix, impl="triton")
+        round_tail(tree, target, topk, prefix, cache_loc=slots, impl="triton")
     assert len(launches) == 1
     assert sorted(ops.names) == ["empty"] * 4 + ["unbind"] * 2, ops.names
     with Ops() as ops:
-        round_tail(tree, target, topk, prefix, impl="torch")
+        round_tail(tree, target, topk, prefix, cache_loc=slots, impl="torch")
     assert len(ops.names) > 20  # the composition it replaces: one launch per op on a GPU
 
 
@@ -197,10 +220,10 @@ def _to(obj, device):
 @pytest.mark.gpu
 @needs_cuda
 def test_fused_tail_captures_in_cuda_graph():
-    topk, tree, target, prefix = random_round(2, 8, 15, 256, [256, 0, 1, 64, 255, 0, 17, 256], 15, sampled=True)
-    composed = round_tail(tree, target, topk, prefix, impl="torch")
-    args = (_to(tree, "cuda"), target.cuda(), _to(topk, "cuda"), prefix.cuda())
-    walk, path, stats = replay_in_cuda_graph(lambda: round_tail(*args, impl="triton"))
+    topk, tree, target, prefix, slots = random_round(2, 8, 15, 256, [256, 0, 1, 64, 255, 0, 17, 256], 15, sampled=True)
+    composed = round_tail(tree, target, topk, prefix, cache_loc=slots, impl="torch")
+    args, slots = (_to(tree, "cuda"), target.cuda(), _to(topk, "cuda"), prefix.cuda()), slots.cuda()
+    walk, path, stats = replay_in_cuda_graph(lambda: round_tail(*args, cache_loc=slots, impl="triton"))
     assert_tail_equal((_to(walk, "cpu"), _to(path, "cpu"), stats.cpu()), composed, tree.width)
 
 
@@ -214,16 +237,17 @@ def test_serving_falls_back_to_torch_when_the_kernel_misbehaves(monkeypatch):
     assert rounds.checked_tail_impl("cpu", impl="triton") == ("triton", None)
     assert rounds.checked_tail_impl("cpu") == ("torch", None)  # no CUDA: torch is preferred anyway
     real = kernel.round_tail
-
-    def off_by_one(*args):
-        walk, path, stats = real(*args)
-        return walk, dataclasses.replace(path, out_tokens=path.out_tokens + 1), stats
-
-    monkeypatch.setattr(kernel, "round_tail", off_by_one)
     disagreeing = ("torch", "round_tail kernel disagrees with the torch path")
-    assert rounds.checked_tail_impl("cpu", impl="triton") == disagreeing
+    for field in ("out_tokens", "kv_dst", "kv_src"):
 
-    def broken(*args):
+        def off_by_one(*args, field=field, **kwargs):
+            walk, path, stats = real(*args, **kwargs)
+            return walk, dataclasses.replace(path, **{field: getattr(path, field) + 1}), stats
+
+        monkeypatch.setattr(kernel, "round_tail", off_by_one)
+        assert rounds.checked_tail_impl("cpu", impl="triton") == disagreeing, field
+
+    def broken(*args, **kwargs):
         raise RuntimeError("no such PTX")
 
     monkeypatch.setattr(kernel, "round_tail", broken)

@@ -9,17 +9,18 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from trees import worked_example_topk
+from trees import guided_targets, random_tree, worked_example_topk
 
 from ddtree_core import build_tree, build_tree_from_topk
 from ddtree_core.encoding import to_retrive
-from ddtree_core.kv import compaction_plan
+from ddtree_core.kv import apply_plan, compaction_plan
 from ddtree_core.mask import flat_verify_mask
 from ddtree_core.metrics import SUMMARY_KEYS, round_stats, summarize, target_token_ranks
 from ddtree_core.sglang import plugin
 from ddtree_core.sglang.config import RequestSettings, ServerSettings
 from ddtree_core.sglang.rounds import (
     committed_path,
+    draft_block_inputs,
     draft_tree,
     request_limits,
     round_stats_from_row,
@@ -74,11 +75,16 @@ def test_committed_path_hand_drawn():
     tree = worked_tree(batch=2)
     target = torch.tensor([[10, 13, 7, 7, 7, 7], [99, 0, 0, 0, 0, 0]])  # root→10→13, bonus 7 | no match
     walk = follow_tree(tree, target, impl="reference")
-    path = committed_path(tree, walk, torch.tensor([3, 10]))
+    slots = 200 + torch.arange(2 * WIDTH).view(2, WIDTH)  # request b's column c writes KV slot 200 + 6b + c
+    path = committed_path(tree, walk, torch.tensor([3, 10]), cache_loc=slots)
     assert path.accept_index.tolist() == [[0, 1, 3], [6, -1, -1]]
     assert path.hidden_rows.tolist() == [[0, 1, 3], [6, 6, 6]]
     assert path.positions.tolist() == [[3, 4, 5], [10, 11, 12]]
     assert path.out_tokens.tolist() == [[10, 13, 7], [99, 0, 0]]
+    # verify slot k <- the slot of path node k: node 3's KV moves to slot 2; padding pairs are 0 -> 0
+    assert path.kv_dst.tolist() == [[200, 201, 202], [206, 0, 0]]
+    assert path.kv_src.tolist() == [[200, 201, 203], [206, 0, 0]]
+    assert path.kv_dst.dtype == path.kv_src.dtype == torch.int64
     assert path.commit_lens.tolist() == [3, 1] and path.commit_lens.dtype == torch.int32
     assert path.new_seq_lens.tolist() == [6, 11]
 
@@ -87,12 +93,43 @@ def test_committed_path_moves_what_the_compaction_plan_moves():
     tree = worked_tree(batch=2)
     walk = follow_tree(tree, torch.tensor([[11, 0, 0, 0, 5, 0], [10, 12, 42, 0, 0, 0]]), impl="reference")
     slots = torch.arange(100, 100 + 2 * WIDTH).view(2, WIDTH)
-    path = committed_path(tree, walk, torch.tensor([0, 0]))
+    path = committed_path(tree, walk, torch.tensor([0, 0]), cache_loc=slots)
     plan = compaction_plan(walk.accepted, walk.accept_lens, slots, impl="reference")
     on_path = path.accept_index >= 0
     # SGLang's move reads out_cache_loc[accept_index] and writes the first accept_len verify slots.
     assert torch.equal(slots.reshape(-1)[path.accept_index.clamp(min=0)][on_path], plan.src[on_path])
     assert torch.equal(plan.dst[on_path], slots[:, : path.accept_index.shape[1]][on_path])
+    # The move's own slot pairs: the plan's on the path, SGLang's dummy slot 0 past it.
+    assert torch.equal(path.kv_src, torch.where(on_path, plan.src, 0))
+    assert torch.equal(path.kv_dst, torch.where(on_path, plan.dst, 0))
+
+
+def chunked_move(pool, dst, src, chunk):
+    """SGLang's move_kv_cache on a toy pool: chunks of `chunk` pairs in order, each gathering its sources
+    before scattering (its Triton copy per <= 256 pairs; chunk >= len: the native index-copy)."""
+    for start in range(0, len(dst), chunk):
+        pool[dst[start : start + chunk]] = pool[src[start : start + chunk]]
+    return pool
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 7])
+def test_kv_pairs_leave_the_compacted_cache(seed):
+    """Moving kv_src -> kv_dst, in one gather-scatter or chunk by chunk down to one pair at a time, leaves
+    the KV pool as the library's compaction plan does: overlapping sources and destinations are safe.
+    (The same pairs moved one at a time in reverse order fail these seeds.)"""
+    generator = torch.Generator().manual_seed(seed)
+    tree = random_tree([40, 1, 15, 90, 7], 8, seed=seed, vocab=20)
+    walk = follow_tree(tree, guided_targets(tree, generator, stray=0.1), impl="reference")
+    # Some pair reads a slot that a later pair writes: path node j > k lies inside the committed prefix.
+    steps = torch.arange(walk.accepted.shape[1])
+    assert bool(((walk.accepted > steps) & (walk.accepted < walk.accept_lens.unsqueeze(1))).any())
+    slots = (torch.randperm(1000, generator=generator)[: tree.parents.numel()] + 1).view_as(tree.parents)
+    path = committed_path(tree, walk, torch.zeros(tree.batch_size), cache_loc=slots)
+    pool = torch.randn(1001, 3, generator=generator)
+    expected = apply_plan(pool.clone(), compaction_plan(walk.accepted, walk.accept_lens, slots, impl="reference"))
+    dst, src = path.kv_dst.reshape(-1), path.kv_src.reshape(-1)
+    for chunk in (1, 2, 5, len(dst)):
+        assert torch.equal(chunked_move(pool.clone(), dst, src, chunk), expected), chunk
 
 
 SERVER = ServerSettings(block_size=6, budget=8, max_depth=4, draft_temperature=0.8)  # D = 4, W = 9
@@ -254,14 +291,22 @@ def test_worker_round_tensors_never_sync_on_cuda(per_request):
     bonus = torch.randint(0, vocab, (batch,), device="cuda")
     prefix = torch.tensor([100, 7, 300, 42], device="cuda")
     settings = [RequestSettings(budget, 15, 1.0) for budget in (64, 15, 32, 1)]
+    req_to_token = torch.arange(8 * 1024, dtype=torch.int32, device="cuda").view(8, 1024)
+    pools = torch.tensor([3, 0, 7, 5], dtype=torch.int32, device="cuda")
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
+        _, _, slots = draft_block_inputs(
+            bonus, prefix, pools, req_to_token, block=16, width=server.verify_width, mask_token_id=3
+        )
         limits = request_limits(settings, server, "cuda") if per_request else None
         topk, tree = draft_tree(logits, server, limits)
         verify = verify_batch(tree, bonus, prefix, prefix_total=449)
         target = torch.randint(0, vocab, verify.tokens.shape, device="cuda")
-        walk, path, rows = round_tail(tree, target, topk, prefix)
+        walk, path, rows = round_tail(tree, target, topk, prefix, cache_loc=slots)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert rows.shape == (batch, 5 + server.tree_depth) and path.new_seq_lens.device.type == "cuda"
+    expected = verify_batch(tree, bonus, prefix, prefix_total=449, impl="torch")  # the fused kernel's contract
+    assert torch.equal(verify.custom_mask, expected.custom_mask) and torch.equal(verify.tokens, expected.tokens)
+    assert slots[1, :3].tolist() == [7, 8, 9]  # req_to_token[0, 7 + i]

@@ -1,7 +1,7 @@
 """Triton twin of `rounds.round_tail`: the tail of a DDTree decode round in one launch, one program per
 request. It walks the tree along the target's tokens (`verify.follow_tree`, as tree_walk.py), lays the
-path out for SGLang's KV move (`rounds.committed_path`) and writes the round's stats row
-(`rounds.round_stats_rows`).
+path out for SGLang's KV move (`rounds.committed_path`: flat verify indices, and the move's slot pairs
+cache_loc[k] <- cache_loc[path node k]) and writes the round's stats row (`rounds.round_stats_rows`).
 
 Along the path the target's token at path node s is the token the round emits at slot s: for s < tau - 1
 it is the token of path node s + 1 (the walk took the child agreeing with it), at s = tau - 1 the bonus.
@@ -13,7 +13,7 @@ top-K lists follow without a second walk. For the tree.py worked example:
           └─ b                                                emitted (target)  a  c  x = bonus
 
 Outputs live in four buffers (the wrapper hands out views):
-    paths  [5, B, P] int64, P = D + 1: PATH_FIELDS, one [B, P] plane each
+    paths  [7, B, P] int64, P = D + 1: PATH_FIELDS, one [B, P] plane each
     lens   [3, B] int64: LEN_FIELDS
     commit [B] int32: tau (CommittedPath.commit_lens)
     stats  [B, 5 + L] int32: rounds.STATS_COLUMNS, then the target token's rank at depths 1..L
@@ -34,7 +34,7 @@ from ddtree_core.sglang.rounds import STATS_COLUMNS, CommittedPath
 from ddtree_core.tree import DraftTopK, DraftTree
 from ddtree_core.verify import TreeWalk
 
-PATH_FIELDS = ("accept_index", "hidden_rows", "positions", "out_tokens", "accepted")  # planes of `paths`
+PATH_FIELDS = ("accept_index", "hidden_rows", "positions", "out_tokens", "kv_dst", "kv_src", "accepted")  # `paths`
 LEN_FIELDS = ("accept_lens", "bonus", "new_seq_lens")  # rows of `lens`
 
 
@@ -48,6 +48,7 @@ def _round_tail_kernel(
     tgt_ptr,  # [B, W] int64: the target's token at every node
     topk_ptr,  # [B, L, K] int64: the drafter's top-K token ids at depths 1..L
     prefix_ptr,  # [B] int32 or int64: committed lengths
+    loc_ptr,  # [B, W] int64: the KV slot the verify forward writes for each column
     paths_out, lens_out, commit_out, stats_out,  # the output buffers of the module docstring
     batch,  # int: B
     width,  # int: W = N + 1 nodes per tree (all inputs contiguous, so W, L, K give the strides)
@@ -85,7 +86,8 @@ def _round_tail_kernel(
         k0 += K_BLOCK
     rank = tl.where(ranked, rank, -1)
 
-    # paths: accept_index, hidden_rows, positions, out_tokens, accepted; flat verify index = b * W + node.
+    # paths: PATH_FIELDS in order; flat verify index = b * W + node. On the path slot < tau <= W, so the
+    # slot loads stay in the row; past it both KV slots are 0, SGLang's dummy slot.
     length = max_depth + 1
     out = pid * length + slot
     keep = slot < length
@@ -96,7 +98,9 @@ def _round_tail_kernel(
     tl.store(paths_out + plane + out, flat, mask=keep)
     tl.store(paths_out + 2 * plane + out, prefix + slot, mask=keep)
     tl.store(paths_out + 3 * plane + out, tl.maximum(emitted, 0), mask=keep)
-    tl.store(paths_out + 4 * plane + out, accepted.to(tl.int64), mask=keep)
+    tl.store(paths_out + 4 * plane + out, tl.load(loc_ptr + row + slot, mask=on_path, other=0), mask=keep)
+    tl.store(paths_out + 5 * plane + out, tl.load(loc_ptr + row + accepted, mask=on_path, other=0), mask=keep)
+    tl.store(paths_out + 6 * plane + out, accepted.to(tl.int64), mask=keep)
     # lens: accept_lens, bonus (the target's token at the last path node), new_seq_lens.
     tl.store(lens_out + pid, tau.to(tl.int64))
     tl.store(lens_out + batch + pid, tl.load(tgt_ptr + row + current))
@@ -113,15 +117,17 @@ def _round_tail_kernel(
 
 
 def round_tail(
-    tree: DraftTree, target_tokens: torch.Tensor, topk: DraftTopK, prefix_lens: torch.Tensor
+    tree: DraftTree, target_tokens: torch.Tensor, topk: DraftTopK, prefix_lens: torch.Tensor, *, cache_loc: torch.Tensor
 ) -> tuple[TreeWalk, CommittedPath, torch.Tensor]:
     """The walk, committed path and stats rows of a round (see rounds.round_tail). No host sync.
 
-    target_tokens: [B, W] int64; topk: token_ids [B, L, K] int64; prefix_lens: [B] int32 or int64.
+    target_tokens: [B, W] int64; topk: token_ids [B, L, K] int64; prefix_lens: [B] int32 or int64;
+    cache_loc: [B, W] int64 verify KV slots.
     """
     batch, width = tree.parents.shape
-    if target_tokens.shape != (batch, width):
-        raise ValueError(f"target_tokens must be [B, N+1] = {(batch, width)}, got {tuple(target_tokens.shape)}")
+    for name, tensor in (("target_tokens", target_tokens), ("cache_loc", cache_loc)):
+        if tensor.shape != (batch, width):
+            raise ValueError(f"{name} must be [B, N+1] = {(batch, width)}, got {tuple(tensor.shape)}")
     n_depths, top_k = topk.token_ids.shape[1:]
     length = tree.max_depth + 1
     device = tree.parents.device
@@ -134,15 +140,16 @@ def round_tail(
         _round_tail_kernel[(batch,)](
             tree.parents.contiguous(), tree.token_ids.contiguous(), tree.depths.contiguous(),
             tree.num_nodes.contiguous(), tree.scores.contiguous(), target_tokens.to(torch.int64).contiguous(),
-            topk.token_ids.contiguous(), prefix_lens.contiguous(), paths, lens, commit, stats,
+            topk.token_ids.contiguous(), prefix_lens.contiguous(), cache_loc.to(torch.int64).contiguous(),
+            paths, lens, commit, stats,
             batch, width, tree.max_depth, n_depths, top_k,
             W_PAD=w_pad, S_PAD=s_pad, K_BLOCK=k_block,
             num_warps=4 if max(w_pad, s_pad * k_block) >= 2048 else 1,  # the largest block: a row or a rank tile
         )  # fmt: skip
-    accept_index, hidden_rows, positions, out_tokens, accepted = paths.unbind(0)
+    planes = dict(zip(PATH_FIELDS, paths.unbind(0)))
     accept_lens, bonus, new_seq_lens = lens.unbind(0)
-    walk = TreeWalk(accepted=accepted, accept_lens=accept_lens, bonus=bonus)
-    path = CommittedPath(accept_index, hidden_rows, positions, out_tokens, commit, new_seq_lens)
+    walk = TreeWalk(accepted=planes.pop("accepted"), accept_lens=accept_lens, bonus=bonus)
+    path = CommittedPath(**planes, commit_lens=commit, new_seq_lens=new_seq_lens)
     return walk, path, stats
 
 

@@ -8,14 +8,13 @@ every round:
 
     hidden [bs * block, H] --logits_fn--> logits of block positions 1..D [bs, D, V]
       --per-request temperature / depth limits, top-K (rounds.draft_tree)--> DraftTopK, DraftTree
-      --rounds.tree_verify_inputs--> verify tokens [bs, W], positions [bs, W], ancestor masks [bs, W, W]
 
-Inputs live in static buffers the worker fills before the draft forward (`load`): each request's budget,
-depth limit and draft temperature (always the per-request path, so one graph serves every mix), its bonus
-token and committed length. Outputs land in static buffers, rows [:bs] (`outputs`); rows of padded batch
-slots hold stale values nobody reads. When the drafter runs eagerly (no graph for this batch size), the
-worker calls the head itself: the same code on the same buffers. Numerics equal the eager worker's:
-logits_fn is the same target-head call, the rest the same functions.
+(the verify inputs follow in one launch after the graph: rounds.verify_batch). Inputs live in static
+buffers the worker fills before the draft forward (`load`): each request's budget, depth limit and draft
+temperature (always the per-request path, so one graph serves every mix). Outputs land in static buffers,
+rows [:bs] (`outputs`); rows of padded batch slots hold stale values nobody reads. When the drafter runs
+eagerly (no graph for this batch size), the worker calls the head itself: the same code on the same buffers.
+Numerics equal the eager worker's: logits_fn is the same target-head call, the rest the same functions.
 
 TP = 1 only (a vocab-parallel head needs a gather across ranks; TP > 1 keeps the eager round).
 """
@@ -65,24 +64,21 @@ class DraftHead:
             draft_temperatures=torch.full((max_bs,), defaults.draft_temperature, dtype=torch.float32, device=device),
         )
         self._loaded: list[RequestSettings] = [defaults] * max_bs  # what the limit buffers hold, per row
-        self.bonus = torch.zeros(max_bs, dtype=torch.int64, device=device)
-        self.prefix = torch.zeros(max_bs, dtype=torch.int64, device=device)
+        self._device = torch.device(device)
         self._out: dict[str, torch.Tensor] = {}
         # One eager pass allocates every output buffer (max_bs rows) outside any graph capture.
         self(torch.zeros(self.block_size, hidden_size, dtype=dtype, device=device))
 
-    def load(self, settings: Sequence[RequestSettings], bonus: torch.Tensor, prefix_lens: torch.Tensor) -> None:
-        """Fill rows [:bs] of the inputs; limit rows are copied from the host only when they changed."""
+    def load(self, settings: Sequence[RequestSettings]) -> None:
+        """Fill rows [:bs] of the limits, copied from the host only when they changed."""
         bs = len(settings)
         if bs > self.max_bs:
             raise ValueError(f"DDTREE draft head: batch {bs} exceeds the captured maximum {self.max_bs}")
         if list(settings) != self._loaded[:bs]:
-            staged = rounds.staged_limits(settings, pin=self.bonus.device.type == "cuda")
+            staged = rounds.staged_limits(settings, pin=self._device.type == "cuda")
             for field in dataclasses.fields(staged):
                 getattr(self.limits, field.name)[:bs].copy_(getattr(staged, field.name), non_blocking=True)
             self._loaded[:bs] = settings
-        self.bonus[:bs].copy_(bonus)
-        self.prefix[:bs].copy_(prefix_lens)
 
     def __call__(self, hidden_states: torch.Tensor) -> None:
         """hidden_states: [bs * block, H], the drafter's output for the block [bonus, MASK ...]."""
@@ -92,18 +88,16 @@ class DraftHead:
         logits = self._logits_fn(hidden.reshape(bs * depth, -1)).view(bs, depth, -1)
         limits = rounds.RequestLimits(*(getattr(self.limits, f.name)[:bs] for f in dataclasses.fields(self.limits)))
         topk, tree = rounds.draft_tree(logits, self.settings, limits)
-        tokens, positions, masks = rounds.tree_verify_inputs(tree, self.bonus[:bs], self.prefix[:bs])
         produced = {f"topk_{name}": getattr(topk, name) for name in _TOPK_FIELDS}
         produced.update({f"tree_{name}": getattr(tree, name) for name in _TREE_FIELDS})
-        produced.update(verify_tokens=tokens, positions=positions, masks=masks)
         for name, value in produced.items():
             if name not in self._out:
                 self._out[name] = torch.empty((self.max_bs,) + value.shape[1:], dtype=value.dtype, device=value.device)
             self._out[name][:bs].copy_(value)
 
-    def outputs(self, bs: int) -> tuple[DraftTopK, DraftTree, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Views of rows [:bs]: top-K lists, trees, verify tokens, positions, ancestor masks."""
+    def outputs(self, bs: int) -> tuple[DraftTopK, DraftTree]:
+        """Views of rows [:bs]: top-K lists and trees."""
         out = {name: value[:bs] for name, value in self._out.items()}
         topk = DraftTopK(**{name: out[f"topk_{name}"] for name in _TOPK_FIELDS})
         tree = DraftTree(**{name: out[f"tree_{name}"] for name in _TREE_FIELDS}, max_depth=self.settings.tree_depth)
-        return topk, tree, out["verify_tokens"], out["positions"], out["masks"]
+        return topk, tree

@@ -59,12 +59,23 @@ class VerifyBatch:
 
 @dataclass(frozen=True)
 class CommittedPath:
-    """What a round commits. P = D + 1 = the walk's width; entries past accept_len are padding."""
+    """What a round commits. P = D + 1 = the walk's width; entries past accept_len are padding.
+
+    kv_dst / kv_src are the target KV move, `move_kv_cache(kv_dst.reshape(-1), kv_src.reshape(-1))`: path
+    slot k < accept_len copies the slot the verify forward wrote for the k-th path node to the k-th verify
+    slot (sequence position prefix_len + k). Every slot k < accept_len is a pair, the identity pairs too (the
+    root's always is); padding pairs are 0 -> 0, SGLang's dummy slot, which no request owns (its own helper
+    pads so too). A slot is read only by pairs at or before the pair that writes it in this flat order
+    (path nodes have increasing indices, so node index >= k), so a move that copies in order, or gathers
+    all sources before scattering, leaves every destination with the verify forward's KV.
+    """
 
     accept_index: torch.Tensor  # [B, P] int64, flat verify index b * W + node of the k-th path node; -1 padding
     hidden_rows: torch.Tensor  # [B, P] int64, the same index clamped to the root for padding
     positions: torch.Tensor  # [B, P] int64, prefix_len + k: the path's sequence positions
     out_tokens: torch.Tensor  # [B, P] int64, accepted drafts then the bonus; 0 padding
+    kv_dst: torch.Tensor  # [B, P] int64, KV slot cache_loc[b, k] (the k-th verify slot); 0 padding
+    kv_src: torch.Tensor  # [B, P] int64, KV slot cache_loc[b, node] of the k-th path node; 0 padding
     commit_lens: torch.Tensor  # [B] int32, tokens committed = accept_len (>= 1)
     new_seq_lens: torch.Tensor  # [B] int64, prefix_len + commit_len
 
@@ -116,11 +127,46 @@ def draft_tree(
     return topk, tree
 
 
+def draft_block_inputs(
+    bonus: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    *,
+    block: int,
+    width: int,
+    mask_token_id: int,
+    impl: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The round's first inputs, int64: the drafter's block [bonus, MASK x (block - 1)] [B, block], its
+    positions prefix + 0..block-1 [B, block], and the KV slot of every verify column,
+    req_to_token[req_pool_indices[b], prefix + 0..W-1] [B, W] (the drafter writes its block's KV into the
+    first `block` of them; the reservation of prepare_for_decode covers W). "triton": one launch."""
+    if ops.resolve(impl, bonus.device) == "triton":
+        from ddtree_core.kernels import round_inputs
+
+        return round_inputs.draft_block_inputs(
+            bonus, prefix_lens, req_pool_indices, req_to_token, block=block, width=width, mask_token_id=mask_token_id
+        )
+    batch = bonus.shape[0]
+    prefix = prefix_lens.to(torch.int64).unsqueeze(1)
+    ids = torch.full((batch, block), mask_token_id, dtype=torch.int64, device=bonus.device)
+    ids[:, 0] = bonus
+    columns = prefix + torch.arange(width, device=bonus.device)
+    cache_loc = req_to_token[req_pool_indices.to(torch.int64).unsqueeze(1), columns].to(torch.int64)
+    return ids, columns[:, :block].contiguous(), cache_loc
+
+
 def verify_batch(
     tree: DraftTree, bonus: torch.Tensor, prefix_lens: torch.Tensor, prefix_total: int, *, impl: str | None = None
 ) -> VerifyBatch:
     """Verify tokens, positions and mask. bonus: [B] the root tokens; prefix_lens: [B] committed lengths;
-    prefix_total: their sum on the host (sizes the mask)."""
+    prefix_total: their sum on the host (sizes the mask; a larger value leaves 1s past the last request).
+    "triton" builds all three in one launch (kernels/round_inputs.py), equal to this composition."""
+    if ops.resolve(impl, tree.parents.device) == "triton":
+        from ddtree_core.kernels import round_inputs
+
+        return VerifyBatch(*round_inputs.verify_batch(tree, bonus, prefix_lens, prefix_total))
     tokens, positions, masks = tree_verify_inputs(tree, bonus, prefix_lens, impl=impl)
     return VerifyBatch(tokens, positions, scatter_verify_mask(masks, prefix_lens, prefix_total))
 
@@ -136,19 +182,31 @@ def tree_verify_inputs(
     return tokens, tree_positions(tree, prefix_lens), ancestor_mask(tree, impl=impl)
 
 
-def committed_path(tree: DraftTree, walk: TreeWalk, prefix_lens: torch.Tensor) -> CommittedPath:
-    """The accepted path laid out for SGLang's KV move and draft-KV write (see CommittedPath)."""
+def committed_path(
+    tree: DraftTree, walk: TreeWalk, prefix_lens: torch.Tensor, *, cache_loc: torch.Tensor
+) -> CommittedPath:
+    """The accepted path laid out for SGLang's KV move and draft-KV write (see CommittedPath).
+
+    cache_loc: [B, W] int64, the KV slot the verify forward writes for each column.
+    """
     batch, length = walk.accepted.shape
     width = tree.width
+    if cache_loc.shape != (batch, width):
+        raise ValueError(f"cache_loc must be [B, N+1] = {(batch, width)}, got {tuple(cache_loc.shape)}")
     row_start = torch.arange(batch, device=walk.accepted.device).unsqueeze(1) * width
     on_path = walk.accepted >= 0
     steps = torch.arange(length, device=walk.accepted.device).unsqueeze(0)
     prefix = prefix_lens.to(torch.int64)
+    slots = cache_loc.to(torch.int64)
+    # A path holds at most W nodes, so slot k >= W is padding: clamped to stay inside the gather.
+    verify_slots = slots.gather(1, steps.clamp(max=width - 1).expand(batch, -1))
     return CommittedPath(
         accept_index=torch.where(on_path, row_start + walk.accepted, -1),
         hidden_rows=row_start + walk.accepted.clamp(min=0),
         positions=prefix.unsqueeze(1) + steps,
         out_tokens=emitted_tokens(tree, walk).clamp(min=0),
+        kv_dst=torch.where(on_path, verify_slots, 0),
+        kv_src=torch.where(on_path, slots.gather(1, walk.accepted.clamp(min=0)), 0),
         commit_lens=walk.accept_lens.to(torch.int32),
         new_seq_lens=prefix + walk.accept_lens,
     )
@@ -174,11 +232,18 @@ def round_stats_rows(tree: DraftTree, walk: TreeWalk, topk: DraftTopK, *, impl: 
 
 
 def round_tail(
-    tree: DraftTree, target_tokens: torch.Tensor, topk: DraftTopK, prefix_lens: torch.Tensor, *, impl: str | None = None
+    tree: DraftTree,
+    target_tokens: torch.Tensor,
+    topk: DraftTopK,
+    prefix_lens: torch.Tensor,
+    *,
+    cache_loc: torch.Tensor,
+    impl: str | None = None,
 ) -> tuple[TreeWalk, CommittedPath, torch.Tensor]:
     """Everything a round computes after the verify forward: the walk, the committed path and the stats rows.
 
-    target_tokens: [B, W] the target's token at every node; topk: the round's DraftTopK; prefix_lens: [B].
+    target_tokens: [B, W] the target's token at every node; topk: the round's DraftTopK; prefix_lens: [B];
+    cache_loc: [B, W] int64, the verify KV slot of every column (CommittedPath.kv_dst / kv_src index it).
     The contract is the composition follow_tree -> committed_path -> round_stats_rows ("torch" and
     "reference" run it); "triton" computes all of it in one launch (kernels/round_tail.py), equal bit for
     bit except the expected accept length column, equal up to float32 rounding of its sum.
@@ -187,9 +252,10 @@ def round_tail(
     if impl == "triton":
         from ddtree_core.kernels import round_tail as kernel
 
-        return kernel.round_tail(tree, target_tokens, topk, prefix_lens)
+        return kernel.round_tail(tree, target_tokens, topk, prefix_lens, cache_loc=cache_loc)
     walk = follow_tree(tree, target_tokens, impl=impl)
-    return walk, committed_path(tree, walk, prefix_lens), round_stats_rows(tree, walk, topk, impl=impl)
+    path = committed_path(tree, walk, prefix_lens, cache_loc=cache_loc)
+    return walk, path, round_stats_rows(tree, walk, topk, impl=impl)
 
 
 def checked_tail_impl(device: torch.device | str, *, impl: str | None = None) -> tuple[str, str | None]:
@@ -209,11 +275,12 @@ def checked_tail_impl(device: torch.device | str, *, impl: str | None = None) ->
     target = torch.randint(0, 97, (3, tree.width), generator=generator).to(device)
     target[:, 0] = tree.token_ids[:, 0]  # every walk goes at least one deep
     prefix = torch.tensor([5, 0, 300], device=device)
+    slots = (torch.randperm(1 << 16, generator=generator)[: 3 * tree.width] + 1).view(3, tree.width).to(device)
     try:
-        fused = round_tail(tree, target, topk, prefix, impl="triton")
+        fused = round_tail(tree, target, topk, prefix, cache_loc=slots, impl="triton")
     except Exception as error:  # a kernel that does not compile here
         return "torch", f"round_tail kernel failed: {type(error).__name__}: {error}"
-    expected = round_tail(tree, target, topk, prefix, impl="torch")
+    expected = round_tail(tree, target, topk, prefix, cache_loc=slots, impl="torch")
     same = all(torch.equal(a, b) for a, b in zip(_tail_tensors(fused), _tail_tensors(expected)))
     bits = len(STATS_COLUMNS) - 1
     close = torch.allclose(fused[2][:, bits].view(torch.float32), expected[2][:, bits].view(torch.float32))

@@ -11,14 +11,16 @@ features into the draft KV, bonus token). One decode round, all on the device wi
   4. accept: argmax per node (greedy) or a sample of the request's distribution per node, then
              rounds.round_tail (one Triton launch): follow_tree's accepted path and bonus token, the
              path's KV indices and emitted tokens, the round's stats rows
-  5. commit: the path's target KV moves to the first accept_len verify slots
-             (spec_utils.move_accept_tokens_to_target_kvcache, any page size); the path's target
+  5. commit: the path's target KV moves to the first accept_len verify slots (the pool's
+             move_kv_cache on round_tail's slot pairs, any page size); the path's target
              hidden states, in path order, become draft KV exactly as DFLASH commits its block
   6. result: tokens [B * (D + 1)] (path + bonus, padded), accept_lens = commit lengths, per-round
              statistics for the host (info.DDTreeBatchResult)
 
-With SGLANG_DDTREE_DRAFT_GRAPH=1 (TP = 1) steps 1-3 up to the ancestor masks run inside the drafter's
-CUDA graph (draft_head.py); the mask's prefix columns, which depend on the host's length sum, stay outside.
+With SGLANG_DDTREE_DRAFT_GRAPH=1 (TP = 1) steps 1-2 run inside the drafter's CUDA graph (draft_head.py).
+On CUDA the round's inputs take one launch each (rounds.draft_block_inputs: the block, its positions and
+every verify KV slot; rounds.verify_batch: tokens, positions and the mask, whose size depends on the
+host's length sum).
 
 The drafter's block KV slots req_to_token[prefix : prefix + block] are the first block verify slots:
 both start at the committed prefix, and W >= block (config.py), so DFLASH's reservation of 2 * W
@@ -37,9 +39,7 @@ from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 from sglang.srt.speculative.dflash_utils import apply_dflash_verify_logits_adjustments
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache
 
-from ddtree_core.mask import scatter_verify_mask
 from ddtree_core.sglang import draft_head, info, rounds
 from ddtree_core.sglang.config import DDTreeConfigError, RequestSettings
 from ddtree_core.sglang.profile import StageTimer
@@ -83,6 +83,7 @@ class DDTreeWorker(DFlashWorkerV2):
         )
         check_target(target_worker.model_runner, self.settings.budget)
         self._logits_processor = target_worker.model_runner.model.logits_processor
+        self._kv_pool = target_worker.model_runner.token_to_kv_pool_allocator.get_kvcache()
         self._logits_metadata = LogitsMetadata(forward_mode=ForwardMode.DECODE)
         self._warned_request_settings = False
         self._timer = StageTimer.from_env(self.device)
@@ -137,10 +138,18 @@ class DDTreeWorker(DFlashWorkerV2):
         request_settings = self._request_settings(batch.reqs)
         head = self._draft_head if self._draft_head is not None and bs <= self._draft_head.max_bs else None
         with timer.stage("draft"):
-            cache_loc = self._verify_cache_loc(batch)
+            block_ids, block_positions, cache_loc = rounds.draft_block_inputs(  # one launch on CUDA
+                draft_input.bonus_tokens,
+                prefix_lens,
+                batch.req_pool_indices,
+                self.model_runner.req_to_token_pool.req_to_token,
+                block=self.block_size,
+                width=self.settings.verify_width,
+                mask_token_id=int(self._mask_token_id),
+            )
             if head is not None:
-                head.load(request_settings, draft_input.bonus_tokens, prefix_lens)
-            draft_hidden, in_graph = self._draft_block(batch, draft_input, cache_loc)
+                head.load(request_settings)
+            draft_hidden, in_graph = self._draft_block(batch, draft_input, block_ids, block_positions, cache_loc)
             if head is None:
                 draft_logits = self._draft_logits(draft_hidden[:, 1 : 1 + self.settings.tree_depth])
             elif not in_graph:  # no draft graph for this batch: the head runs eagerly, same buffers
@@ -149,24 +158,22 @@ class DDTreeWorker(DFlashWorkerV2):
             if head is None:
                 limits = rounds.request_limits(request_settings, self.settings, self.device)
                 topk, tree = rounds.draft_tree(draft_logits, self.settings, limits)
-        with timer.stage("verify_inputs"):
+        with timer.stage("verify_inputs"):  # one launch on CUDA
+            if head is not None:
+                topk, tree = head.outputs(bs)
             prefix_total = _prefix_total(batch, draft_input)
-            if head is None:
-                verify = rounds.verify_batch(tree, draft_input.bonus_tokens, prefix_lens, prefix_total)
-            else:
-                topk, tree, tokens, positions, masks = head.outputs(bs)
-                verify = rounds.VerifyBatch(tokens, positions, scatter_verify_mask(masks, prefix_lens, prefix_total))
+            verify = rounds.verify_batch(tree, draft_input.bonus_tokens, prefix_lens, prefix_total)
         # The verify forward writes its KV there, and the KV move below reads the path's slots from it.
         batch.out_cache_loc = cache_loc.reshape(-1)
         with timer.stage("verify"):
             logits_output, can_run_cuda_graph = self._verify(batch, draft_input, verify)
         with timer.stage("walk"):  # the walk, the committed path and the stats rows: one launch on CUDA
             target_tokens = self._target_tokens(batch, logits_output)
-            walk, path, stats = rounds.round_tail(tree, target_tokens, topk, prefix_lens, impl=self._tail_impl)
-        with timer.stage("commit"):
-            move_accept_tokens_to_target_kvcache(
-                batch, path.accept_index, path.commit_lens - 1, self.model_runner.token_to_kv_pool_allocator
+            walk, path, stats = rounds.round_tail(
+                tree, target_tokens, topk, prefix_lens, cache_loc=cache_loc, impl=self._tail_impl
             )
+        with timer.stage("commit"):  # the path's KV slot pairs come from round_tail (no index launches)
+            self._kv_pool.move_kv_cache(path.kv_dst.reshape(-1), path.kv_src.reshape(-1))
             if on_publish is not None:
                 on_publish(path.new_seq_lens)
             self._commit_draft_kv(logits_output.hidden_states, cache_loc, path)
@@ -185,21 +192,13 @@ class DDTreeWorker(DFlashWorkerV2):
             ddtree_stats=stats,
         )
 
-    def _verify_cache_loc(self, batch) -> torch.Tensor:
-        """[B, W] int64 KV slots of the verify tokens: req_to_token[r, prefix : prefix + W] (reserved by
-        DFlashDraftInputV2.prepare_for_decode)."""
-        req_to_token = self.model_runner.req_to_token_pool.req_to_token
-        offsets = torch.arange(self.settings.verify_width, device=self.device)
-        columns = batch.seq_lens.to(torch.int64).unsqueeze(1) + offsets
-        return req_to_token[batch.req_pool_indices.to(torch.int64).unsqueeze(1), columns].to(torch.int64)
-
-    def _draft_block(self, batch, draft_input, cache_loc: torch.Tensor) -> tuple[torch.Tensor, bool]:
-        """DFLASH's draft forward over [bonus, MASK ...]: the drafter's hidden states [B, block, H], and
-        whether its CUDA graph ran (then a folded draft head ran with it)."""
+    def _draft_block(
+        self, batch, draft_input, block_ids: torch.Tensor, positions: torch.Tensor, cache_loc: torch.Tensor
+    ) -> tuple[torch.Tensor, bool]:
+        """DFLASH's draft forward over block_ids [B, block] = [bonus, MASK ...] at positions [B, block], its
+        KV into cache_loc[:, :block]: the drafter's hidden states [B, block, H], and whether its CUDA graph
+        ran (then a folded draft head ran with it)."""
         bs, block = len(batch.seq_lens), self.block_size
-        block_ids = torch.full((bs, block), int(self._mask_token_id), dtype=torch.int64, device=self.device)
-        block_ids[:, 0] = draft_input.bonus_tokens
-        positions = batch.seq_lens.to(torch.int64).unsqueeze(1) + self._block_pos_offsets
         embeds = self.target_worker.model_runner.model.get_input_embeddings()(block_ids)
         seq_lens_cpu, seq_lens_sum = _host_seq_lens(batch, draft_input, extra=block)
         forward_batch = ForwardBatch(
