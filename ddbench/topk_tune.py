@@ -8,7 +8,7 @@ the vocabulary slices per row (more programs, then a merge kernel). For every (b
 every (tile, chunks) pair and the default heuristic ("auto") as CUDA-graph replays (CUDA events; host clock
 on a CPU), checks each pair's lists against the default's (ids exactly, log-probs within 1e-5: the
 logsumexp sums in tile order), and writes cells.csv (one row per pair) and best.csv (the fastest pair per
-cell next to auto), for tuning `topk._num_chunks` and `_TILE` from data.
+cell next to auto), for tuning `topk._plan` from data.
 Rows are L = 16 draft positions per request, bf16 logits.
 """
 

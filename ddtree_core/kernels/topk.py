@@ -47,7 +47,6 @@ import triton.language as tl
 from ddtree_core.tree import DraftTopK
 
 MAX_K = 1024  # larger k takes the torch path (batched.draft_topk), which gives the same result
-_TILE = 4096  # logits per tile of kernel 1 (32 per thread at 4 warps)
 _BLOCK = 512  # list entries per block of kernel 1's selection passes
 _MERGE_LIMIT = 4096  # at most this many candidates (chunks * K) per row for kernel 2
 _PAD = tl.constexpr(-9223372036854775808)  # the entry of no token: below every real entry
@@ -364,17 +363,18 @@ def _merge_kernel(
 
 
 def draft_topk(
-    logits: torch.Tensor, k: int, draft_temperature: float, *, tile: int = _TILE, chunks: int | None = None
+    logits: torch.Tensor, k: int, draft_temperature: float, *, tile: int | None = None, chunks: int | None = None
 ) -> DraftTopK:
     """Top-k of `logits` [B, L, V] per row, equal to `tree.draft_topk(impl="reference")` (ids exactly).
 
-    tile: logits per tile (a power of two >= 4); chunks: vocabulary chunks per row (default: enough
-    programs to fill the GPU). Both change only the speed. No host sync; CUDA-graph capturable.
+    tile: logits per tile (a power of two >= 4); chunks: vocabulary chunks per row. Both change only the
+    speed; the defaults (`_plan`) follow the H200 sweep of `python -m ddbench.topk_tune`. No host sync;
+    CUDA-graph capturable.
     """
     batch, length, vocab = logits.shape
     if not 1 <= k <= vocab or vocab >= 2**31 - 1:
         raise ValueError(f"need 1 <= k <= vocab < 2**31 - 1, got k={k}, vocab={vocab}")
-    if tile < 4 or tile & (tile - 1):
+    if tile is not None and (tile < 4 or tile & (tile - 1)):
         raise ValueError(f"tile must be a power of two >= 4, got {tile}")
     if k > MAX_K:
         from ddtree_core import batched
@@ -395,7 +395,9 @@ def draft_topk(
 def _launch(rows, k, draft_temperature, tile, chunks, log_probs, token_ids) -> None:
     num_rows, vocab = rows.shape
     device = rows.device
-    chunks = _num_chunks(num_rows, vocab, k, tile, device) if chunks is None else max(1, min(chunks, vocab))
+    auto_tile, auto_chunks = _plan(num_rows, vocab, k, device)
+    tile = auto_tile if tile is None else tile
+    chunks = _num_chunks(num_rows, vocab, k, tile, auto_chunks) if chunks is None else max(1, min(chunks, vocab))
     chunk_len = triton.cdiv(triton.cdiv(vocab, chunks), tile) * tile
     chunks = triton.cdiv(vocab, chunk_len)
     soft = max(2 * k, min(256, tile // 2))
@@ -418,8 +420,17 @@ def _launch(rows, k, draft_temperature, tile, chunks, log_probs, token_ids) -> N
         )  # fmt: skip
 
 
-def _num_chunks(num_rows: int, vocab: int, k: int, tile: int, device: torch.device) -> int:
-    """About four programs per SM, each at least two tiles long, at most _MERGE_LIMIT candidates per row."""
+def _plan(num_rows: int, vocab: int, k: int, device: torch.device) -> tuple[int, int]:
+    """Default (tile, wanted chunks): about two programs per SM, tiles of 2048, or 1024 once the rows
+    alone give four programs per SM. From the H200 sweep (results/kernels/h200-2026-11-29b/topk/, vocab
+    152k, K 64): at 15, 120 and 960 rows this picks (2048, 15), (2048, 3), (1024, 1) next to the fastest
+    measured (2048, 16) 30 us, (2048, 2) 110 us, (1024, 1) 670 us, where the earlier default (four
+    programs per SM, tiles of 4096) took 45, 146 and 853 us."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-    wanted = triton.cdiv(4 * sms, num_rows)
+    tile = 1024 if num_rows >= 4 * sms else 2048
+    return tile, triton.cdiv(2 * sms, num_rows)
+
+
+def _num_chunks(num_rows: int, vocab: int, k: int, tile: int, wanted: int) -> int:
+    """`wanted` chunks per row, each at least two tiles long, at most _MERGE_LIMIT candidates per row."""
     return max(1, min(wanted, triton.cdiv(vocab, 2 * tile), _MERGE_LIMIT // k))
