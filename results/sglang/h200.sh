@@ -135,7 +135,7 @@ sweeps)
         SGLANG_DDTREE_DRAFT_GRAPH=1 SGLANG_DDTREE_PROFILE_EVERY=300 sweep fold --datasets gsm8k --num-prompts 40 \
           --budgets 15,128 --concurrency 1,16 --restart-per-budget "${FAST[@]}" ;;
       grid)  # tokens/s: DDTree servers started at each budget (verify width budget + 1) vs DFLASH vs AR
-        sweep grid --datasets gsm8k,humaneval --num-prompts 64 --budgets 15,32,64,128 --concurrency 1,4,16,32 \
+        sweep grid --datasets gsm8k --num-prompts 64 --budgets 15,32,64,128 --concurrency 1,4,16,32 \
           --restart-per-budget "${FAST[@]}" ;;
       nooverlap)
         sweep nooverlap --datasets gsm8k --num-prompts 50 --budgets 15,64 --concurrency 1,16 "${FAST[@]}" \
@@ -193,7 +193,7 @@ sweeps)
   ;;
 wait)
   n=$(cat "$W/queues" 2> /dev/null || echo 1)
-  timeout "${2:-500}" bash -c "until [ \$(grep -c '^all' $W/done 2>/dev/null) -ge $n ]; do sleep 5; done"
+  timeout "${2:-500}" bash -c "until [ \$(cat $W/done 2>/dev/null | grep -c '^all') -ge $n ]; do sleep 5; done"
   cat "$W/done" 2>/dev/null; tail -n 15 "$W"/sweeps-*.log
   cp "$W"/sweeps-*.log "$OUT/"
   [ -d "$W/runs" ] && tar czf "$OUT/runs.tgz" -C "$W" --exclude runs/trace runs
