@@ -11,10 +11,12 @@ tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -
 bundle=$(du -sb .device/sglang | cut -f1)
 piece=$((LIMIT - tree - MARGIN))
 first=$((piece - bundle))
-if [ "$first" -le 0 ]; then echo "the checkout ($tree B) and the bundle ($bundle B) leave no room" >&2; exit 2; fi
+if [ $((tree + bundle)) -gt "$LIMIT" ]; then echo "the checkout ($tree B) and the bundle ($bundle B) exceed 64 MiB" >&2; exit 2; fi
+[ "$first" -lt 0 ] && first=0  # c1 empty: the bundle's call carries no piece
 rm -rf .device/c[0-9]*
 size=$(stat -c %s "$GGUF")
 offset=0 n=1 take=$first
+[ "$first" -eq 0 ] && mkdir -p .device/c1 && : > .device/c1/g && n=2 take=$piece
 while [ "$offset" -lt "$size" ]; do
   mkdir -p ".device/c$n"
   dd if="$GGUF" of=".device/c$n/g" bs=1M iflag=skip_bytes,count_bytes skip="$offset" count="$take" status=none
