@@ -9,6 +9,11 @@
   (twin of `mask.ancestor_mask` and `encoding.positions`).
 - `round_tail.round_tail`: the walk, the committed path and the stats rows of an SGLang round in one
   launch (twin of `sglang.rounds.round_tail(impl="torch")`; the expected-length column to rounding).
+- `round_inputs.draft_block_inputs` / `round_inputs.verify_batch`: an SGLang round's drafter block with
+  every verify KV slot, and its verify tokens, positions and FULL_MASK mask, one launch each (twins of
+  `sglang.rounds.draft_block_inputs` / `verify_batch(impl="torch")`, equal).
+- `kv_move.move_path_kv`: the accepted path's KV rows into place in every buffer of a slot-row pool
+  (equal to `kv.apply_plan` of the compaction plan).
 
 Importing `ddtree_core` never imports this package; the dispatch in `ops` reaches it only for
 impl="triton". On a machine without a GPU the kernels run under TRITON_INTERPRET=1.

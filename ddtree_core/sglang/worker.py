@@ -11,9 +11,10 @@ features into the draft KV, bonus token). One decode round, all on the device wi
   4. accept: argmax per node (greedy) or a sample of the request's distribution per node, then
              rounds.round_tail (one Triton launch): follow_tree's accepted path and bonus token, the
              path's KV indices and emitted tokens, the round's stats rows
-  5. commit: the path's target KV moves to the first accept_len verify slots (the pool's
-             move_kv_cache on round_tail's slot pairs, any page size); the path's target
-             hidden states, in path order, become draft KV exactly as DFLASH commits its block
+  5. commit: the path's target KV moves to the first accept_len verify slots (round_tail's slot
+             pairs: kernels/kv_move.py on slot-row MHA pools, else the pool's move_kv_cache; any page
+             size); the path's target hidden states, in path order, become draft KV exactly as DFLASH
+             commits its block
   6. result: tokens [B * (D + 1)] (path + bonus, padded), accept_lens = commit lengths, per-round
              statistics for the host (info.DDTreeBatchResult)
 
@@ -40,6 +41,7 @@ from sglang.srt.speculative.dflash_utils import apply_dflash_verify_logits_adjus
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+from ddtree_core.kernels import kv_move
 from ddtree_core.sglang import draft_head, info, rounds
 from ddtree_core.sglang.config import DDTreeConfigError, RequestSettings
 from ddtree_core.sglang.profile import StageTimer
@@ -84,6 +86,9 @@ class DDTreeWorker(DFlashWorkerV2):
         check_target(target_worker.model_runner, self.settings.budget)
         self._logits_processor = target_worker.model_runner.model.logits_processor
         self._kv_pool = target_worker.model_runner.token_to_kv_pool_allocator.get_kvcache()
+        self._kv_rows, why_not = path_kv_rows(self._kv_pool, self.device)
+        if why_not is not None and self.tp_rank == 0:
+            logger.info("DDTREE: the path's KV moves with the pool's move_kv_cache (%s).", why_not)
         self._logits_metadata = LogitsMetadata(forward_mode=ForwardMode.DECODE)
         self._warned_request_settings = False
         self._timer = StageTimer.from_env(self.device)
@@ -173,7 +178,10 @@ class DDTreeWorker(DFlashWorkerV2):
                 tree, target_tokens, topk, prefix_lens, cache_loc=cache_loc, impl=self._tail_impl
             )
         with timer.stage("commit"):  # the path's KV slot pairs come from round_tail (no index launches)
-            self._kv_pool.move_kv_cache(path.kv_dst.reshape(-1), path.kv_src.reshape(-1))
+            if self._kv_rows is not None:  # one program per (request, buffer, tile), identities skipped
+                kv_move.move_path_kv(*self._kv_rows, path.kv_dst, path.kv_src, path.commit_lens)
+            else:
+                self._kv_pool.move_kv_cache(path.kv_dst.reshape(-1), path.kv_src.reshape(-1))
             if on_publish is not None:
                 on_publish(path.new_seq_lens)
             self._commit_draft_kv(logits_output.hidden_states, cache_loc, path)
@@ -307,6 +315,19 @@ class DDTreeWorker(DFlashWorkerV2):
             cache_loc_2d=cache_loc_2d,
             commit_lens=path.commit_lens,
         )
+
+
+def path_kv_rows(pool, device) -> tuple[tuple[torch.Tensor, torch.Tensor, int] | None, str | None]:
+    """(data_ptrs, data_strides, largest row in bytes) of a slot-row MHA pool for kernels/kv_move.py, or
+    None and why not: other pool layouts, no CUDA, or a kernel that fails its startup check here."""
+    if type(pool).__name__ != "MHATokenToKVPool" or getattr(pool, "use_hnd", False):
+        return None, f"{type(pool).__name__} is not a slot-row MHA pool"
+    if torch.device(device).type != "cuda":
+        return None, "not on CUDA"
+    why = kv_move.self_check(device)
+    if why is not None:
+        return None, why
+    return (pool.data_ptrs, pool.data_strides, int(pool.data_strides.max())), None
 
 
 def check_target(model_runner, budget: int) -> None:
