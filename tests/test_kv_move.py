@@ -49,3 +49,35 @@ def test_self_check_passes_here():
     from ddtree_core.kernels.kv_move import self_check
 
     assert self_check("cpu") is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_move_path_kv_on_cuda_and_in_a_graph():
+    from ddtree_core.kernels.kv_move import move_path_kv, self_check
+
+    assert self_check("cuda") is None
+    generator = torch.Generator().manual_seed(5)
+    tree = random_tree([64, 15, 3, 128], 8, seed=5, vocab=30)
+    walk = follow_tree(tree, guided_targets(tree, generator, stray=0.1), impl="reference")
+    slots = (torch.randperm(4000, generator=generator)[: tree.parents.numel()] + 1).view_as(tree.parents)
+    path = committed_path(tree, walk, torch.zeros(tree.batch_size), cache_loc=slots)
+    plan = compaction_plan(walk.accepted, walk.accept_lens, slots, impl="reference")
+    buffers = [torch.randn(4001, 8, 128, generator=generator).bfloat16() for _ in range(4)]
+    expected = [apply_plan(b.clone(), plan) for b in buffers]
+    on_gpu = [b.cuda() for b in buffers]
+    table = torch.tensor([b.data_ptr() for b in on_gpu], dtype=torch.uint64, device="cuda")
+    row_bytes = torch.tensor([8 * 128 * 2] * 4, device="cuda")
+    dst, src, lens = path.kv_dst.cuda(), path.kv_src.cuda(), path.commit_lens.cuda()
+    graph = torch.cuda.CUDAGraph()
+    move_path_kv(table, row_bytes, 2048, dst, src, lens)  # compile outside the capture
+    for b, original in zip(on_gpu, buffers):
+        b.copy_(original)
+    with torch.cuda.graph(graph):
+        move_path_kv(table, row_bytes, 2048, dst, src, lens)
+    for b, original in zip(on_gpu, buffers):
+        b.copy_(original)
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, want in zip(on_gpu, expected):
+        assert torch.equal(got.cpu(), want)
