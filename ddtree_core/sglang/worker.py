@@ -85,10 +85,7 @@ class DDTreeWorker(DFlashWorkerV2):
         )
         check_target(target_worker.model_runner, self.settings.budget)
         self._logits_processor = target_worker.model_runner.model.logits_processor
-        self._kv_pool = target_worker.model_runner.token_to_kv_pool_allocator.get_kvcache()
-        self._kv_rows, why_not = path_kv_rows(self._kv_pool, self.device)
-        if why_not is not None and self.tp_rank == 0:
-            logger.info("DDTREE: the path's KV moves with the pool's move_kv_cache (%s).", why_not)
+        self._kv_mover = None  # (pool, kv_move rows or None), at the first round: the pool comes later
         self._logits_metadata = LogitsMetadata(forward_mode=ForwardMode.DECODE)
         self._warned_request_settings = False
         self._timer = StageTimer.from_env(self.device)
@@ -178,10 +175,7 @@ class DDTreeWorker(DFlashWorkerV2):
                 tree, target_tokens, topk, prefix_lens, cache_loc=cache_loc, impl=self._tail_impl
             )
         with timer.stage("commit"):  # the path's KV slot pairs come from round_tail (no index launches)
-            if self._kv_rows is not None:  # one program per (request, buffer, tile), identities skipped
-                kv_move.move_path_kv(*self._kv_rows, path.kv_dst, path.kv_src, path.commit_lens)
-            else:
-                self._kv_pool.move_kv_cache(path.kv_dst.reshape(-1), path.kv_src.reshape(-1))
+            self._move_path_kv(path)
             if on_publish is not None:
                 on_publish(path.new_seq_lens)
             self._commit_draft_kv(logits_output.hidden_states, cache_loc, path)
@@ -300,6 +294,21 @@ class DDTreeWorker(DFlashWorkerV2):
         if tp_group.world_size > 1:
             tp_group.broadcast(tokens, src=0)
         return tokens
+
+    def _move_path_kv(self, path: rounds.CommittedPath) -> None:
+        """The path's target KV into its committed slots: kernels/kv_move.py (one program per request,
+        buffer and tile; padding and identities skipped) on slot-row MHA pools, else the pool's own copy."""
+        if self._kv_mover is None:  # the scheduler sets the allocator after the workers are built
+            pool = self.model_runner.token_to_kv_pool_allocator.get_kvcache()
+            rows, why_not = path_kv_rows(pool, self.device)
+            if why_not is not None and self.tp_rank == 0:
+                logger.info("DDTREE: the path's KV moves with the pool's move_kv_cache (%s).", why_not)
+            self._kv_mover = (pool, rows)
+        pool, rows = self._kv_mover
+        if rows is not None:
+            kv_move.move_path_kv(*rows, path.kv_dst, path.kv_src, path.commit_lens)
+        else:
+            pool.move_kv_cache(path.kv_dst.reshape(-1), path.kv_src.reshape(-1))
 
     def _commit_draft_kv(self, hidden_states: torch.Tensor, cache_loc: torch.Tensor, path: rounds.CommittedPath):
         """The accepted path's target features, in path order, into the draft KV at the path's slots
