@@ -24,6 +24,8 @@
 #   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64
 #   campaign    configs/testbed-h200-campaign.toml at T = 0 (budgets 16..1024, one server each; 1..32 in flight)
 #   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature at budget 64)
+#   rounds      DFLASH and DDTree b15 / b128 (eager, and folded: SGLANG_DDTREE_DRAFT_GRAPH=1), 4 bursts at 1 and
+#               16 in flight; round times from the servers' decode logs (results/sglang/log_rounds.py)
 #   trace       torch-profiler traces of decode rounds (results/sglang/trace_rounds.py), AR, DFLASH, DDTree
 #               b15 (verify width 16, as DFLASH's block) and b128, 1 and 16 in flight
 #   gputests    pytest -m gpu (a minute; run it first: the new kernels have only run under the interpreter)
@@ -155,6 +157,19 @@ sweeps)
           stop_server
         done
         echo "kvleak rc=0" >> "$W/done" ;;
+      rounds)  # round times from the servers' own decode logs: DFLASH vs DDTree b15 / b128, eager and folded
+        for spec in "dflash DFLASH 0 0" "ddtree-b15 DDTREE 15 0" "ddtree-b15-fold DDTREE 15 1" \
+                    "ddtree-b128 DDTREE 128 0" "ddtree-b128-fold DDTREE 128 1"; do
+          read -r name algo budget fold <<< "$spec"
+          export SGLANG_DDTREE_DRAFT_GRAPH=$fold
+          serve_algo "rounds-$name" $PORT "$algo" "$budget" || { echo "rounds $name: no server"; stop_server; continue; }
+          python3 results/sglang/trace_rounds.py --url http://127.0.0.1:$PORT --out "$W/runs/rounds" --prefix "$name" \
+            --data-dir "$W/data" --concurrency 1,16 --steps 0 --repeat 4 >> "$W/runs/rounds.log" 2>&1
+          stop_server
+        done
+        unset SGLANG_DDTREE_DRAFT_GRAPH
+        python3 results/sglang/log_rounds.py "$W"/runs/rounds-*.log > "$W/runs/rounds/rounds.md"
+        echo "rounds rc=0" >> "$W/done" ;;
       trace)
         for spec in "dflash DFLASH 0" "ddtree-b15 DDTREE 15" "ddtree-b128 DDTREE 128" "ar AR 0"; do
           read -r name algo budget <<< "$spec"

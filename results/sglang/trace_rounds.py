@@ -1,12 +1,16 @@
-"""Torch-profiler traces of a live SGLang server's decode rounds, at each concurrency.
+"""Decode rounds of a live SGLang server under load, traced with the torch profiler or not.
 
     python results/sglang/trace_rounds.py --url http://127.0.0.1:31000 --out DIR --prefix ddtree-b15 \
-        --data-dir DATA --concurrency 1,16 --steps 12
+        --data-dir DATA --concurrency 1,16 --steps 12          # traces DIR/PREFIX-c{c}-*.trace.json.gz
+    python results/sglang/trace_rounds.py ... --steps 0 --repeat 4   # load only: time rounds from the server log
 
-For each concurrency c: c GSM8K chat requests (greedy, ignore_eos, --max-tokens each) are sent at once,
-and once they decode (after --delay s) POST /start_profile records --steps scheduler steps with CPU and
-GPU activity and Python stacks; the server writes DIR/PREFIX-c{c}-*.trace.json.gz. A warm-up at the
-same concurrency first compiles what the batch size needs. Summaries: python -m ddbench.trace_summary.
+For each concurrency c, --repeat bursts of c GSM8K chat requests (greedy, ignore_eos, --max-tokens each)
+are sent at once; their texts go to DIR/PREFIX-outputs.jsonl (one line per request: concurrency, burst,
+prompt index, text), so two servers' greedy outputs can be compared. A warm-up burst at the same
+concurrency first compiles what the batch size needs. With --steps N > 0, --delay s into the first burst
+POST /start_profile records N scheduler steps with CPU and GPU activity and Python stacks; a trace that
+has not appeared 60 s after the burst is stopped with /stop_profile. Summaries: python -m
+ddbench.trace_summary; round times from the server's own log: results/sglang/log_rounds.py.
 """
 
 import argparse
@@ -23,7 +27,7 @@ def questions(data_dir: Path, n: int) -> list[str]:
         return [json.loads(line)["question"] for _, line in zip(range(n), f)]
 
 
-def generate(url: str, question: str, max_tokens: int) -> int:
+def generate(url: str, question: str, max_tokens: int) -> str:
     body = {
         "messages": [{"role": "user", "content": question}],
         "max_tokens": max_tokens,
@@ -32,11 +36,11 @@ def generate(url: str, question: str, max_tokens: int) -> int:
     }
     reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
     reply.raise_for_status()
-    return int(reply.json()["usage"]["completion_tokens"])
+    return reply.json()["choices"][0]["message"]["content"]
 
 
-def burst(url: str, prompts: list[str], max_tokens: int, during=None) -> list[int]:
-    """Send every prompt at once; call during() while they run; the completion token counts."""
+def burst(url: str, prompts: list[str], max_tokens: int, during=None) -> list[str]:
+    """Send every prompt at once; call during() while they run; the completion texts."""
     with ThreadPoolExecutor(len(prompts)) as pool:
         futures = [pool.submit(generate, url, p, max_tokens) for p in prompts]
         if during is not None:
@@ -51,12 +55,14 @@ def main() -> None:
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--concurrency", default="1,16")
-    parser.add_argument("--steps", type=int, default=12, help="scheduler steps per trace")
-    parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--delay", type=float, default=0.3, help="seconds between sending and tracing")
+    parser.add_argument("--steps", type=int, default=12, help="scheduler steps per trace (0: no trace)")
+    parser.add_argument("--repeat", type=int, default=1, help="bursts per concurrency")
+    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--delay", type=float, default=0.2, help="seconds between sending and tracing")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     out_dir = str(args.out.resolve())
+    outputs = open(args.out / f"{args.prefix}-outputs.jsonl", "w")
     for c in (int(x) for x in args.concurrency.split(",")):
         prompts = questions(args.data_dir, c)
         burst(args.url, prompts, 32)  # warm-up at this batch size
@@ -67,14 +73,23 @@ def main() -> None:
                     "with_stack": True, "profile_prefix": f"{args.prefix}-c{c}"}
             httpx.post(f"{args.url}/start_profile", json=body, timeout=60).raise_for_status()
 
-        started = time.perf_counter()
-        tokens = burst(args.url, prompts, args.max_tokens, during=start_profile)
-        print(f"{args.prefix} c{c}: {sum(tokens)} tokens in {time.perf_counter() - started:.2f} s")
-        deadline = time.time() + 120
-        while not list(args.out.glob(f"{args.prefix}-c{c}-*.trace.json.gz")) and time.time() < deadline:
-            time.sleep(1)
-        time.sleep(3)  # the exporter may still be writing
-        print(" ", [p.name for p in args.out.glob(f"{args.prefix}-c{c}-*")])
+        for repeat in range(args.repeat):
+            started = time.perf_counter()
+            trace = start_profile if args.steps and repeat == 0 else None
+            texts = burst(args.url, prompts, args.max_tokens, during=trace)
+            print(f"{args.prefix} c{c} burst {repeat}: {len(texts)} requests in {time.perf_counter() - started:.2f} s")
+            for index, text in enumerate(texts):
+                outputs.write(json.dumps({"concurrency": c, "burst": repeat, "prompt": index, "text": text}) + "\n")
+        if args.steps:
+            pattern = f"{args.prefix}-c{c}-*.trace.json.gz"
+            deadline = time.time() + 60
+            while not list(args.out.glob(pattern)) and time.time() < deadline:
+                time.sleep(1)
+            if not list(args.out.glob(pattern)):
+                httpx.post(f"{args.url}/stop_profile", timeout=120)
+            time.sleep(3)  # the exporter may still be writing
+            print(" ", [p.name for p in args.out.glob(f"{args.prefix}-c{c}-*")])
+    outputs.close()
 
 
 if __name__ == "__main__":
