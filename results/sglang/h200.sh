@@ -22,7 +22,8 @@
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
 #   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64
-#   campaign    configs/testbed-h200-campaign.toml at T = 0 (budgets 16..1024, one server each; 1..32 in flight)
+#   campaign    configs/testbed-h200-campaign.toml at T = 0 (budgets 16..1024, one server each; 1..32 in flight),
+#               resuming after the cells committed in results/sglang/campaign-h200 (commit the run folder there)
 #   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature at budget 64)
 #   rounds      DFLASH and DDTree b15 / b128 (eager, and folded: SGLANG_DDTREE_DRAFT_GRAPH=1), 4 bursts at 1 and
 #               16 in flight; round times from the servers' decode logs (results/sglang/log_rounds.py)
@@ -77,6 +78,8 @@ serve)
   echo "$GGUF_SHA256  $W/smol.gguf" | sha256sum -c || { echo "GGUF wrong"; exit 2; }
   # The jobs run from a copy, so a later call's working tree cannot change code under them.
   mkdir -p "$W/repo" && cp -r ddtree_core ddbench results tests configs pyproject.toml "$W/repo/"
+  # The campaign spans device sessions: its committed cells are done, the sweep resumes after them.
+  [ -d results/sglang/campaign-h200 ] && mkdir -p "$W/runs" && cp -r results/sglang/campaign-h200 "$W/runs/campaign"
   cd "$W/repo" && export PYTHONPATH=/tmp/site:$W/repo
   python3 -m ddbench.testbed prepare --cache-dir "$W/cache" --gguf "$W/smol.gguf" 2>&1 | tee "$OUT/prepare.log"
   sha256sum "$W/cache/SmolLM2-135M-Instruct/model.safetensors"
