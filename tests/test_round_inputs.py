@@ -54,7 +54,7 @@ def test_draft_block_inputs(impl):
     bonus = torch.tensor([5, 6, 7])
     prefix = torch.tensor([0, 10, 40], dtype=torch.int32)
     pools = torch.tensor([2, 0, 3], dtype=torch.int32)
-    ids, positions, cache_loc = draft_block_inputs(
+    ids, positions, cache_loc, block_loc = draft_block_inputs(
         bonus, prefix, pools, req_to_token, block=4, width=6, mask_token_id=99, impl=impl
     )
     assert ids.tolist() == [[5, 99, 99, 99], [6, 99, 99, 99], [7, 99, 99, 99]]
@@ -64,4 +64,5 @@ def test_draft_block_inputs(impl):
         [1010, 1011, 1012, 1013, 1014, 1015],
         [1340, 1341, 1342, 1343, 1344, 1345],
     ]
-    assert ids.dtype == positions.dtype == cache_loc.dtype == torch.int64
+    assert block_loc.tolist() == [row[:4] for row in cache_loc.tolist()] and block_loc.is_contiguous()
+    assert ids.dtype == positions.dtype == cache_loc.dtype == block_loc.dtype == torch.int64

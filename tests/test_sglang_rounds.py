@@ -296,7 +296,7 @@ def test_worker_round_tensors_never_sync_on_cuda(per_request):
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        _, _, slots = draft_block_inputs(
+        _, _, slots, _ = draft_block_inputs(
             bonus, prefix, pools, req_to_token, block=16, width=server.verify_width, mask_token_id=3
         )
         limits = request_limits(settings, server, "cuda") if per_request else None

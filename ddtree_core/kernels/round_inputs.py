@@ -1,9 +1,9 @@
 """Triton twins of the two input builders of a DDTree decode round in SGLang (ddtree_core/sglang/rounds.py),
 one launch each in place of a dozen small torch ops:
 
-- `draft_block_inputs`: the drafter's block [bonus, MASK ...], its positions prefix + 0..block-1, and the
-  KV slot of every verify column, req_to_token[req, prefix + 0..W-1] (the block's slots are the first
-  `block` of them);
+- `draft_block_inputs`: the drafter's block [bonus, MASK ...], its positions prefix + 0..block-1, the
+  KV slot of every verify column, req_to_token[req, prefix + 0..W-1], and the block's slots (the first
+  `block` of them) as a contiguous copy;
 - `verify_batch`: the verify tokens [bonus, node tokens], positions prefix + depth, and the tree mask in
   SGLang's FULL_MASK layout: request b's rows follow requests 0..b-1, row i is prefix_b + W bytes,
   the prefix columns all 1, then row i of the ancestor mask (as kernels/tree_mask.py: column c is seen
@@ -33,6 +33,7 @@ def _draft_block_kernel(
     ids_out,  # [B, block] int64
     pos_out,  # [B, block] int64
     loc_out,  # [B, W] int64
+    block_loc_out,  # [B, block] int64: the first `block` columns of loc_out, contiguous
     block, width, r2t_stride, r2t_width, mask_token_id,  # ints
     BLOCK: tl.constexpr,  # power of two >= block
     W_PAD: tl.constexpr,  # power of two >= W
@@ -51,6 +52,8 @@ def _draft_block_kernel(
     ids = tl.where(bcols == 0, bonus, tl.full((BLOCK,), mask_token_id, tl.int64))
     tl.store(ids_out + b * block + bcols, ids, mask=bok)
     tl.store(pos_out + b * block + bcols, prefix + bcols, mask=bok)
+    block_slots = tl.load(r2t_ptr + row * r2t_stride + prefix + bcols, mask=bok & (prefix + bcols < r2t_width), other=0)
+    tl.store(block_loc_out + b * block + bcols, block_slots.to(tl.int64), mask=bok)
 
 
 def draft_block_inputs(
@@ -62,21 +65,23 @@ def draft_block_inputs(
     block: int,
     width: int,
     mask_token_id: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(block_ids [B, block], positions [B, block], cache_loc [B, W]) int64; see rounds.draft_block_inputs."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(block_ids [B, block], positions [B, block], cache_loc [B, W], block_loc [B, block]) int64; see
+    rounds.draft_block_inputs."""
     batch, device = bonus.shape[0], bonus.device
     ids = torch.empty((batch, block), dtype=torch.int64, device=device)
     positions = torch.empty((batch, block), dtype=torch.int64, device=device)
     cache_loc = torch.empty((batch, width), dtype=torch.int64, device=device)
+    block_loc = torch.empty((batch, block), dtype=torch.int64, device=device)
     if req_to_token.stride(1) != 1:
         raise ValueError("req_to_token must be row-major")
     if batch > 0:
         _draft_block_kernel[(batch,)](
             bonus.contiguous(), prefix_lens.contiguous(), req_pool_indices.contiguous(), req_to_token, ids,
-            positions, cache_loc, block, width, req_to_token.stride(0), req_to_token.shape[1], mask_token_id,
+            positions, cache_loc, block_loc, block, width, req_to_token.stride(0), req_to_token.shape[1], mask_token_id,
             BLOCK=triton.next_power_of_2(block), W_PAD=triton.next_power_of_2(width), num_warps=1,
         )  # fmt: skip
-    return ids, positions, cache_loc
+    return ids, positions, cache_loc, block_loc
 
 
 @triton.jit(do_not_specialize=["batch", "width", "max_depth", "total"])

@@ -137,11 +137,12 @@ def draft_block_inputs(
     width: int,
     mask_token_id: int,
     impl: str | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The round's first inputs, int64: the drafter's block [bonus, MASK x (block - 1)] [B, block], its
-    positions prefix + 0..block-1 [B, block], and the KV slot of every verify column,
-    req_to_token[req_pool_indices[b], prefix + 0..W-1] [B, W] (the drafter writes its block's KV into the
-    first `block` of them; the reservation of prepare_for_decode covers W). "triton": one launch."""
+    positions prefix + 0..block-1 [B, block], the KV slot of every verify column,
+    req_to_token[req_pool_indices[b], prefix + 0..W-1] [B, W] (the reservation of prepare_for_decode
+    covers W), and its first `block` columns as a contiguous [B, block] (where the drafter writes its
+    block's KV). "triton": one launch."""
     if ops.resolve(impl, bonus.device) == "triton":
         from ddtree_core.kernels import round_inputs
 
@@ -154,7 +155,7 @@ def draft_block_inputs(
     ids[:, 0] = bonus
     columns = prefix + torch.arange(width, device=bonus.device)
     cache_loc = req_to_token[req_pool_indices.to(torch.int64).unsqueeze(1), columns].to(torch.int64)
-    return ids, columns[:, :block].contiguous(), cache_loc
+    return ids, columns[:, :block].contiguous(), cache_loc, cache_loc[:, :block].contiguous()
 
 
 def verify_batch(

@@ -140,7 +140,7 @@ class DDTreeWorker(DFlashWorkerV2):
         request_settings = self._request_settings(batch.reqs)
         head = self._draft_head if self._draft_head is not None and bs <= self._draft_head.max_bs else None
         with timer.stage("draft"):
-            block_ids, block_positions, cache_loc = rounds.draft_block_inputs(  # one launch on CUDA
+            block_ids, block_positions, cache_loc, block_loc = rounds.draft_block_inputs(  # one launch on CUDA
                 draft_input.bonus_tokens,
                 prefix_lens,
                 batch.req_pool_indices,
@@ -151,7 +151,7 @@ class DDTreeWorker(DFlashWorkerV2):
             )
             if head is not None:
                 head.load(request_settings)
-            draft_hidden, in_graph = self._draft_block(batch, draft_input, block_ids, block_positions, cache_loc)
+            draft_hidden, in_graph = self._draft_block(batch, draft_input, block_ids, block_positions, block_loc)
             if head is None:
                 draft_logits = self._draft_logits(draft_hidden[:, 1 : 1 + self.settings.tree_depth])
             elif not in_graph:  # no draft graph for this batch: the head runs eagerly, same buffers
@@ -178,7 +178,7 @@ class DDTreeWorker(DFlashWorkerV2):
             self._move_path_kv(path)
             if on_publish is not None:
                 on_publish(path.new_seq_lens)
-            self._commit_draft_kv(logits_output.hidden_states, cache_loc, path)
+            self._commit_draft_kv(logits_output.hidden_states, cache_loc, block_loc, path)
         logits_output.hidden_states = None  # no D2H of the verify hidden states
         timer.round_done(len(batch.reqs))
         return info.DDTreeBatchResult(
@@ -195,11 +195,11 @@ class DDTreeWorker(DFlashWorkerV2):
         )
 
     def _draft_block(
-        self, batch, draft_input, block_ids: torch.Tensor, positions: torch.Tensor, cache_loc: torch.Tensor
+        self, batch, draft_input, block_ids: torch.Tensor, positions: torch.Tensor, block_loc: torch.Tensor
     ) -> tuple[torch.Tensor, bool]:
         """DFLASH's draft forward over block_ids [B, block] = [bonus, MASK ...] at positions [B, block], its
-        KV into cache_loc[:, :block]: the drafter's hidden states [B, block, H], and whether its CUDA graph
-        ran (then a folded draft head ran with it)."""
+        KV into the slots block_loc [B, block]: the drafter's hidden states [B, block, H], and whether its
+        CUDA graph ran (then a folded draft head ran with it)."""
         bs, block = len(batch.seq_lens), self.block_size
         embeds = self.target_worker.model_runner.model.get_input_embeddings()(block_ids)
         seq_lens_cpu, seq_lens_sum = _host_seq_lens(batch, draft_input, extra=block)
@@ -209,7 +209,7 @@ class DDTreeWorker(DFlashWorkerV2):
             input_ids=block_ids.reshape(-1),
             req_pool_indices=batch.req_pool_indices,
             seq_lens=batch.seq_lens,
-            out_cache_loc=cache_loc[:, :block].reshape(-1),
+            out_cache_loc=block_loc.reshape(-1),
             seq_lens_sum=seq_lens_sum,
             seq_lens_cpu=seq_lens_cpu,
             positions=positions.reshape(-1),
@@ -310,13 +310,15 @@ class DDTreeWorker(DFlashWorkerV2):
         else:
             pool.move_kv_cache(path.kv_dst.reshape(-1), path.kv_src.reshape(-1))
 
-    def _commit_draft_kv(self, hidden_states: torch.Tensor, cache_loc: torch.Tensor, path: rounds.CommittedPath):
+    def _commit_draft_kv(
+        self, hidden_states: torch.Tensor, cache_loc: torch.Tensor, block_loc: torch.Tensor, path: rounds.CommittedPath
+    ):
         """The accepted path's target features, in path order, into the draft KV at the path's slots
         (rows past commit_len are skipped by the prefix-valid writer)."""
         if hidden_states is None:
             raise RuntimeError("DDTREE: the target verify returned no hidden states.")
         length = path.hidden_rows.shape[1]
-        cache_loc_2d = cache_loc[:, :length].contiguous()
+        cache_loc_2d = block_loc if length == block_loc.shape[1] else cache_loc[:, :length].contiguous()
         self._append_target_hidden_to_draft_kv_by_loc(
             target_hidden=hidden_states.index_select(0, path.hidden_rows.reshape(-1)),
             cache_loc=cache_loc_2d.reshape(-1),
