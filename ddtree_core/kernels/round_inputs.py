@@ -6,8 +6,9 @@ one launch each in place of a dozen small torch ops:
   `block` of them) as a contiguous copy;
 - `verify_batch`: the verify tokens [bonus, node tokens], positions prefix + depth, and the tree mask in
   SGLang's FULL_MASK layout: request b's rows follow requests 0..b-1, row i is prefix_b + W bytes,
-  the prefix columns all 1, then row i of the ancestor mask (as kernels/tree_mask.py: column c is seen
-  from row r iff c is r's ancestor at distance depth(r) - depth(c); padding rows see only themselves).
+  the prefix columns all 1, then row i of the ancestor mask (kernels/tree_mask.py's root_paths and
+  seen_tile: column c is seen from row r iff c is r's ancestor at distance depth(r) - depth(c); padding
+  rows see only themselves).
 
 The mask's length is sized on the host (W * prefix_total + B * W * W, prefix_total >= the device sum
 of the prefix lengths); bytes past the last request's rows are 1, as in the torch path.
@@ -19,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ddtree_core.kernels.tree_mask import root_paths, seen_tile
 from ddtree_core.tree import DraftTree
 
 _BATCH_BLOCK = 128  # prefix lengths summed per step for a request's mask offset
@@ -115,19 +117,7 @@ def _verify_kernel(
     prefix = tl.load(prefix_ptr + b).to(tl.int64)
     row_len = prefix + width
     row_base = width * tl.sum(before, 0) + width * width * b + rows.to(tl.int64) * row_len  # [ROWS]
-    # root paths of the rows, by in-register gathers of the parents (as kernels/tree_mask.py)
-    every = tl.arange(0, W_PAD)
-    parents = tl.load(par_ptr + b * width + every, mask=every < width, other=-1).to(tl.int32)
-    step = tl.arange(0, CHAIN)
-    ancestor = tl.where(row_ok, rows, -1)
-    path = tl.where(step[None, :] == 0, ancestor[:, None], -1)
-    distance = b * 0
-    climbing = (max_depth > 0) & (tl.max(ancestor, 0) >= 0)
-    while climbing:
-        ancestor = tl.where(ancestor >= 0, tl.gather(parents, tl.maximum(ancestor, 0), 0), -1)
-        distance += 1
-        path = tl.where(step[None, :] == distance, ancestor[:, None], path)
-        climbing = (distance < max_depth) & (tl.max(ancestor, 0) >= 0)
+    path = root_paths(par_ptr + b * width, rows, row_ok, width, max_depth, W_PAD, CHAIN)
     row_depth = tl.maximum(tl.load(dep_ptr + b * width + rows, mask=row_ok, other=0), 0).to(tl.int32)
     ones = tl.full((ROWS, PCOLS), 1, tl.uint8)
     c0 = prefix * 0
@@ -135,14 +125,11 @@ def _verify_kernel(
         cols = c0 + tl.arange(0, PCOLS)
         tl.store(mask_out + row_base[:, None] + cols[None, :], ones, mask=row_ok[:, None] & (cols < prefix)[None, :])
         c0 += PCOLS
-    c0 = distance * 0
+    c0 = prefix * 0
     while c0 < width:  # tree columns: ancestors
         cols = c0 + tl.arange(0, COLS)
         col_ok = cols < width
-        col_depth = tl.maximum(tl.load(dep_ptr + b * width + cols, mask=col_ok, other=0), 0).to(tl.int32)
-        up = row_depth[:, None] - col_depth[None, :]
-        at_depth = tl.gather(path, tl.minimum(tl.maximum(up, 0), CHAIN - 1), 1)
-        seen = (up >= 0) & (at_depth == cols[None, :])
+        seen = seen_tile(path, row_depth, dep_ptr + b * width, cols, col_ok, CHAIN)
         tl.store(mask_out + row_base[:, None] + prefix + cols[None, :], seen.to(tl.uint8),
                  mask=row_ok[:, None] & col_ok[None, :])
         c0 += COLS

@@ -38,6 +38,36 @@ class TreeMask:
     positions: torch.Tensor  # [B, N+1] int64, root_positions[b] + depth; padding -> root_positions[b]
 
 
+@triton.jit
+def root_paths(par_row, rows, row_ok, width, max_depth, W_PAD: tl.constexpr, CHAIN: tl.constexpr):
+    """path [ROWS, CHAIN]: path[r, s] = the ancestor of node rows[r] at distance s (-1 past the root and
+    for rows not ok), from one tree's parents (par_row: W int64) gathered in registers; at most max_depth
+    steps, stopping once every path has reached the root."""
+    every = tl.arange(0, W_PAD)
+    parents = tl.load(par_row + every, mask=every < width, other=-1).to(tl.int32)
+    step = tl.arange(0, CHAIN)
+    ancestor = tl.where(row_ok, rows, -1)
+    path = tl.where(step[None, :] == 0, ancestor[:, None], -1)
+    distance = width * 0
+    climbing = (max_depth > 0) & (tl.max(ancestor, 0) >= 0)
+    while climbing:
+        ancestor = tl.where(ancestor >= 0, tl.gather(parents, tl.maximum(ancestor, 0), 0), -1)
+        distance += 1
+        path = tl.where(step[None, :] == distance, ancestor[:, None], path)
+        climbing = (distance < max_depth) & (tl.max(ancestor, 0) >= 0)
+    return path
+
+
+@triton.jit
+def seen_tile(path, row_depth, dep_row, cols, col_ok, CHAIN: tl.constexpr):
+    """[ROWS, COLS] bool: column cols[c] (depth from dep_row) is row r's ancestor or r itself, i.e. r's
+    ancestor at distance depth(r) - depth(c); row_depth [ROWS] with padding as depth 0."""
+    col_depth = tl.maximum(tl.load(dep_row + cols, mask=col_ok, other=0), 0).to(tl.int32)
+    up = row_depth[:, None] - col_depth[None, :]
+    at_depth = tl.gather(path, tl.minimum(tl.maximum(up, 0), CHAIN - 1), 1)
+    return (up >= 0) & (at_depth == cols[None, :])
+
+
 @triton.jit(do_not_specialize=["width", "max_depth"])
 def _mask_kernel(
     par_ptr,  # [B, W] int64: parent node index; root and padding -1
@@ -57,30 +87,14 @@ def _mask_kernel(
     pid_b = tl.program_id(0)
     rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < width
-    every = tl.arange(0, W_PAD)
-    parents = tl.load(par_ptr + pid_b * s_pb + every, mask=every < width, other=-1).to(tl.int32)
-    # path[r, s]: the ancestor of row r at distance s (-1 past the root), by in-register gathers
-    step = tl.arange(0, CHAIN)
-    ancestor = tl.where(row_ok, rows, -1)
-    path = tl.where(step[None, :] == 0, ancestor[:, None], -1)
-    distance = pid_b * 0
-    climbing = (max_depth > 0) & (tl.max(ancestor, 0) >= 0)
-    while climbing:
-        ancestor = tl.where(ancestor >= 0, tl.gather(parents, tl.maximum(ancestor, 0), 0), -1)
-        distance += 1
-        path = tl.where(step[None, :] == distance, ancestor[:, None], path)
-        climbing = (distance < max_depth) & (tl.max(ancestor, 0) >= 0)
-    # column c (depth dc) is seen from row r (depth dr) iff it is r's ancestor at distance dr - dc
+    path = root_paths(par_ptr + pid_b * s_pb, rows, row_ok, width, max_depth, W_PAD, CHAIN)
     row_depth = tl.maximum(tl.load(dep_ptr + pid_b * s_db + rows, mask=row_ok, other=0), 0).to(tl.int32)
     base = mask_out + (pid_b * width + rows[:, None]).to(tl.int64) * width
-    c0 = distance * 0
+    c0 = width * 0
     while c0 < width:
         cols = c0 + tl.arange(0, COLS)
         col_ok = cols < width
-        col_depth = tl.maximum(tl.load(dep_ptr + pid_b * s_db + cols, mask=col_ok, other=0), 0).to(tl.int32)
-        up = row_depth[:, None] - col_depth[None, :]
-        at_depth = tl.gather(path, tl.minimum(tl.maximum(up, 0), CHAIN - 1), 1)
-        seen = (up >= 0) & (at_depth == cols[None, :])
+        seen = seen_tile(path, row_depth, dep_ptr + pid_b * s_db, cols, col_ok, CHAIN)
         tl.store(base + cols[None, :], seen.to(tl.uint8), mask=row_ok[:, None] & col_ok[None, :])
         c0 += COLS
     if WITH_POSITIONS:
