@@ -275,14 +275,21 @@ def recommend(
 
 @app.command()
 def plot(
-    results: Annotated[Path, typer.Argument(help="Results folder written by `ddbench sweep`.")],
+    results: Annotated[Path, typer.Argument(help="Results folder of `ddbench sweep` (or of `ddbench cost`).")],
     out: Annotated[Path | None, typer.Option(help="Folder for the PNG files (default: RESULTS/plots).")] = None,
 ) -> None:
-    """Acceptance and speedup vs budget, throughput vs concurrency, latency CDFs, histograms, per-depth acceptance."""
-    from ddbench.plots import plot_all
+    """Acceptance and speedup vs budget, throughput vs concurrency, latency CDFs, histograms, per-depth acceptance;
+    for a `ddbench cost` folder, verify time vs tree width per batch size."""
+    from ddbench.plots import plot_all, plot_cost
     from ddbench.report import summarize
     from ddbench.results import find_run_folder, load_cells
 
+    if (results / "cells.csv").is_file() and (results / "run.json").is_file():  # a `ddbench cost` folder
+        try:
+            _console().print(str(plot_cost(results / "cells.csv", out or results / "plots")))
+        except (ValueError, KeyError) as error:
+            raise fail(f"{results}: not a readable `ddbench cost` folder ({error})") from None
+        return
     try:
         folder = find_run_folder(results)
         cells = load_cells(folder)

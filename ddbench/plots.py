@@ -5,7 +5,8 @@
 - throughput_vs_concurrency.png: tokens/s vs concurrency per method setting;
 - latency_cdf.png: CDF of request latency per method setting;
 - accept_histograms.png: the tau histogram per method setting;
-- depth_acceptance.png: P(accept depth d | reached d - 1) per method setting.
+- depth_acceptance.png: P(accept depth d | reached d - 1) per method setting;
+- cost.png (`plot_cost`, a `ddbench cost` folder): verify time vs tree width per batch size, with floors.
 
 DDTree lines are drawn per (temperature, concurrency, depth limit, draft temperature) series.
 """
@@ -153,6 +154,38 @@ def _draw_latency(results: Sequence[CellResult], path: Path) -> bool:
     _save(fig, path)
     plt.close(fig)
     return True
+
+
+def plot_cost(cells_csv: Path, out_dir: Path) -> Path:
+    """cost.png of a `ddbench cost` folder: verify ms vs tokens per request (log2), one line per batch size,
+    its floor dashed and its knee (the largest width within 10 % of one token) ringed."""
+    import csv
+
+    by_batch: dict[int, list[dict]] = {}
+    for row in csv.DictReader(open(cells_csv)):
+        if row.get("time_ms"):
+            by_batch.setdefault(int(row["batch"]), []).append(row)
+    if not by_batch:
+        raise ValueError(f"{cells_csv} holds no timed cells")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for batch, rows in sorted(by_batch.items()):
+        rows.sort(key=lambda r: int(r["width"]))
+        widths = [int(r["width"]) for r in rows]
+        line = ax.plot(widths, [float(r["time_ms"]) for r in rows], marker="o", ms=3, label=f"batch {batch}")[0]
+        ax.plot(widths, [float(r["floor_ms"]) for r in rows], ls="--", lw=0.8, color=line.get_color())
+        knees = [r for r in rows if r.get("knee") == "True"]
+        if knees:
+            ax.plot([int(knees[-1]["width"])], [float(knees[-1]["time_ms"])], "o", mfc="none", ms=9,
+                    color=line.get_color())  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("verify tokens per request (tree nodes + 1)")
+    ax.set_ylabel("verify step (ms); dashed: floor")
+    ax.legend(fontsize=7)
+    path = out_dir / "cost.png"
+    _save(fig, path)
+    plt.close(fig)
+    return path
 
 
 def _save(fig, path: Path) -> None:
