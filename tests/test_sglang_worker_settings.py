@@ -47,3 +47,86 @@ def test_worker_builds_before_the_kv_pool_exists(monkeypatch):
     monkeypatch.setattr(worker_module, "draft_server_args", lambda args: args)
     built = DDTreeWorker(SimpleNamespace(), 0, 0, 0, 0, 0, 0, 0, target)
     assert built.settings == server and built._kv_mover is None
+
+
+def test_decode_round_wires_the_round_functions(monkeypatch):
+    """One decode round on the CPU with SGLang's model calls stubbed: the block, KV slots, tree, verify
+    inputs, walk, KV move and draft-KV commit reach each other as the torch composition says they should."""
+    import torch
+
+    from ddtree_core.sglang import rounds
+    from ddtree_core.sglang.profile import StageTimer
+
+    server = ServerSettings(block_size=4, budget=5, max_depth=3, draft_temperature=1.0)  # W = 6, D = 3
+    bs, vocab, hidden, width = 2, 40, 8, server.verify_width
+    generator = torch.Generator().manual_seed(0)
+    draft_logits = torch.randn(bs, server.tree_depth, vocab, generator=generator) * 3
+    verify_logits = torch.randn(bs * width, vocab, generator=generator)
+    # The target follows each tree through its last-numbered children, so the path's KV pairs are no identities.
+    _, tree = rounds.draft_tree(draft_logits, server, None, impl="torch")
+    for b in range(bs):
+        node, parents = 0, tree.parents[b].tolist()
+        while children := [c for c, p in enumerate(parents) if p == node]:
+            verify_logits[b * width + node, tree.token_ids[b, children[-1] - 1]] += 100.0
+            node = children[-1]
+    verify_hidden = torch.randn(bs * width, hidden, generator=generator)
+    req_to_token = torch.arange(3 * 64, dtype=torch.int32).view(3, 64) * 7 + 1
+    seen, moves = {}, []
+
+    def draft_block(batch, draft_input, block_ids, positions, block_loc):
+        seen.update(block_ids=block_ids, block_positions=positions, block_loc=block_loc)
+        return torch.zeros(bs, server.block_size, hidden), False
+
+    def verify(batch, draft_input, inputs):
+        seen.update(verify=inputs, out_cache_loc=batch.out_cache_loc)
+        return SimpleNamespace(next_token_logits=verify_logits.clone(), hidden_states=verify_hidden), True
+
+    def append(**kwargs):
+        seen.update(append=kwargs)
+
+    pool = SimpleNamespace(move_kv_cache=lambda dst, src: moves.append((dst, src)))
+    fake = SimpleNamespace(
+        settings=server, _timer=StageTimer(0, "cpu"), _draft_head=None, block_size=server.block_size,
+        _mask_token_id=39, device="cpu", _tail_impl="torch", _kv_mover=None, tp_rank=0,
+        _warned_request_settings=False,
+        model_runner=SimpleNamespace(
+            req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
+            token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: pool),
+        ),
+        _draft_block=draft_block, _draft_logits=lambda h: draft_logits, _verify=verify,
+        _append_target_hidden_to_draft_kv_by_loc=append,
+        _make_next_draft_input_decode=lambda **kwargs: kwargs,
+    )  # fmt: skip
+    for name in ("_request_settings", "_target_tokens", "_move_path_kv", "_commit_draft_kv"):
+        setattr(fake, name, getattr(DDTreeWorker, name).__get__(fake))
+    reqs = [SimpleNamespace(sampling_params=SimpleNamespace(custom_params=None)) for _ in range(bs)]
+    prefix, pools, bonus = torch.tensor([5, 11]), torch.tensor([2, 0]), torch.tensor([17, 23])
+    batch = SimpleNamespace(
+        seq_lens=prefix, req_pool_indices=pools, reqs=reqs, spec_info=SimpleNamespace(bonus_tokens=bonus),
+        seq_lens_cpu=prefix.clone(), seq_lens_sum=16, sampling_info=None, out_cache_loc=None,
+    )  # fmt: skip
+    result = DDTreeWorker._decode_round(fake, batch, None)
+
+    # what the round must have computed, from the same inputs through the torch composition
+    slots = torch.stack([req_to_token[p, s : s + width] for p, s in zip(pools.tolist(), prefix.tolist())]).long()
+    topk, tree = rounds.draft_tree(draft_logits, server, None, impl="torch")
+    verify_inputs = rounds.verify_batch(tree, bonus, prefix, 16, impl="torch")
+    target = verify_logits.view(bs, width, vocab).argmax(-1)
+    walk, path, stats = rounds.round_tail(tree, target, topk, prefix, cache_loc=slots, impl="torch")
+    assert bool((path.kv_dst != path.kv_src).any()) and walk.accept_lens.min() >= 2
+
+    assert seen["block_ids"].tolist() == [[17, 39, 39, 39], [23, 39, 39, 39]]
+    assert seen["block_positions"].tolist() == [[5, 6, 7, 8], [11, 12, 13, 14]]
+    assert torch.equal(seen["block_loc"], slots[:, :4]) and torch.equal(seen["out_cache_loc"], slots.reshape(-1))
+    for name in ("tokens", "positions", "custom_mask"):
+        assert torch.equal(getattr(seen["verify"], name), getattr(verify_inputs, name)), name
+    [(dst, src)] = moves
+    assert torch.equal(dst, path.kv_dst.reshape(-1)) and torch.equal(src, path.kv_src.reshape(-1))
+    append = seen["append"]
+    assert torch.equal(append["cache_loc_2d"], slots[:, :4]) and torch.equal(append["commit_lens"], path.commit_lens)
+    assert torch.equal(append["target_hidden"], verify_hidden[path.hidden_rows.reshape(-1)])
+    assert torch.equal(append["positions"], path.positions.reshape(-1))
+    assert torch.equal(result.next_token_ids, path.out_tokens.reshape(-1))
+    assert torch.equal(result.accept_lens, path.commit_lens) and torch.equal(result.ddtree_stats, stats)
+    assert torch.equal(result.next_draft_input["bonus_tokens"], walk.bonus)
+    assert result.speculative_num_draft_tokens == server.tree_depth + 1
