@@ -64,6 +64,9 @@ def test_widths(budget, max_depth, block, depth, width):
         ({"SGLANG_DDTREE_DRAFT_TEMPERATURE": "nan"}, "must be a finite number > 0"),
         ({"SGLANG_DDTREE_DRAFT_TEMPERATURE": "inf"}, "must be a finite number > 0"),
         ({"SGLANG_DDTREE_DRAFT_TEMPERATURE": "hot"}, "SGLANG_DDTREE_DRAFT_TEMPERATURE must be a number"),
+        ({"SGLANG_DDTREE_TOP_K": "16"}, r"SGLANG_DDTREE_TOP_K must be in 1\.\.15 \(the budget\)"),
+        ({"SGLANG_DDTREE_TOP_K": "-1"}, r"SGLANG_DDTREE_TOP_K must be in 1\.\.15"),
+        ({"SGLANG_DDTREE_TOP_K": "four"}, "SGLANG_DDTREE_TOP_K must be an integer"),
     ],
 )
 def test_bad_environment(env, match):
@@ -82,6 +85,7 @@ def test_info_keys():
         "ddtree_budget": 63,
         "ddtree_max_depth": 8,
         "ddtree_draft_temperature": 1.0,
+        "ddtree_top_k": 63,
         "ddtree_tree_depth": 8,
         "ddtree_verify_width": 64,
     }
@@ -140,3 +144,27 @@ def test_bad_request_params(params, match):
         RequestSettings.from_custom_params(params, settings)
     error = request_error(params, settings)
     assert error.startswith("DDTREE: ") and str(error)
+
+
+def test_top_k_knob():
+    settings = ServerSettings.from_env({"SGLANG_DDTREE_BUDGET": "63", "SGLANG_DDTREE_TOP_K": "8"}, 16)
+    assert (settings.top_k, settings.verify_width, settings.info()["ddtree_top_k"]) == (8, 64, 8)
+    assert ServerSettings.from_env({"SGLANG_DDTREE_BUDGET": "63"}, 16).top_k == 63  # the exact DDTree tree
+    # A request may lower its depth only while K covers its budget (rounds._limit_depths needs K >= budget).
+    assert RequestSettings.from_custom_params({"ddtree_budget": 8, "ddtree_max_depth": 3}, settings).max_depth == 3
+    with pytest.raises(DDTreeConfigError, match="ddtree_max_depth below the server's 15 needs SGLANG_DDTREE_TOP_K"):
+        RequestSettings.from_custom_params({"ddtree_max_depth": 3}, settings)
+
+
+def test_top_k_knob_limits_children_per_node():
+    import torch
+
+    from ddtree_core.sglang.rounds import draft_tree
+
+    settings = ServerSettings(block_size=8, budget=20, max_depth=7, draft_temperature=1.0, draft_top_k=2)
+    logits = torch.randn(3, settings.tree_depth, 50, generator=torch.Generator().manual_seed(0))
+    topk, tree = draft_tree(logits, settings, None, impl="reference")
+    assert topk.token_ids.shape == (3, 7, 2) and tree.num_nodes.tolist() == [20, 20, 20]
+    for parents in tree.parents.tolist():
+        counts = [parents.count(node) for node in range(len(parents))]
+        assert max(counts) == 2  # at most K children, and some node has K

@@ -6,6 +6,9 @@ Server-wide, read from the environment (SGLang's spawned scheduler processes inh
     SGLANG_DDTREE_BUDGET             non-root tree nodes N, default block_size - 1
     SGLANG_DDTREE_MAX_DEPTH          depth limit, 1 .. block_size - 1, default block_size - 1
     SGLANG_DDTREE_DRAFT_TEMPERATURE  divides the drafter's logits before the top-K log-probs, default 1.0
+    SGLANG_DDTREE_TOP_K              K, the drafter's candidates per depth, 1 .. budget, default the budget
+                                     (the exact DDTree tree); a smaller K gives each node at most K
+                                     children and cuts the top-K and build work
 
 Per request, `sampling_params.custom_params` may lower them (never raise them: the verify width and
 the walk width are fixed when the server starts and its CUDA graphs are captured):
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
 ENV_MAX_DEPTH = "SGLANG_DDTREE_MAX_DEPTH"
 ENV_DRAFT_TEMPERATURE = "SGLANG_DDTREE_DRAFT_TEMPERATURE"
+ENV_TOP_K = "SGLANG_DDTREE_TOP_K"
 
 PARAM_BUDGET = "ddtree_budget"
 PARAM_MAX_DEPTH = "ddtree_max_depth"
@@ -57,6 +61,7 @@ class ServerSettings:
     budget: int  # non-root tree nodes, the most any request may use
     max_depth: int  # depth limit, <= block_size - 1
     draft_temperature: float  # default drafter temperature of the tree scores
+    draft_top_k: int = 0  # K per depth, 1 .. budget; 0: the budget
 
     def __post_init__(self):
         if self.block_size < 2:
@@ -66,6 +71,8 @@ class ServerSettings:
         if not 1 <= self.max_depth <= self.block_size - 1:
             raise DDTreeConfigError(f"{ENV_MAX_DEPTH} must be in 1..{self.block_size - 1}, got {self.max_depth}")
         _check_temperature(self.draft_temperature, ENV_DRAFT_TEMPERATURE)
+        if not 0 <= self.draft_top_k <= self.budget:
+            raise DDTreeConfigError(f"{ENV_TOP_K} must be in 1..{self.budget} (the budget), got {self.draft_top_k}")
 
     @property
     def tree_depth(self) -> int:
@@ -79,8 +86,8 @@ class ServerSettings:
 
     @property
     def top_k(self) -> int:
-        """K of the drafter's top-K lists: K >= budget gives the exact DDTree tree (clamp to the vocabulary)."""
-        return self.budget
+        """K of the drafter's top-K lists: K = budget gives the exact DDTree tree (clamp to the vocabulary)."""
+        return self.draft_top_k or self.budget
 
     def info(self) -> dict:
         """What the server reports about itself (server_info keys)."""
@@ -89,6 +96,7 @@ class ServerSettings:
             "ddtree_budget": self.budget,
             "ddtree_max_depth": self.max_depth,
             "ddtree_draft_temperature": self.draft_temperature,
+            "ddtree_top_k": self.top_k,
             "ddtree_tree_depth": self.tree_depth,
             "ddtree_verify_width": self.verify_width,
         }
@@ -102,6 +110,7 @@ class ServerSettings:
             budget=_env_int(environ, ENV_BUDGET, default_depth),
             max_depth=_env_int(environ, ENV_MAX_DEPTH, default_depth),
             draft_temperature=_env_float(environ, ENV_DRAFT_TEMPERATURE, 1.0),
+            draft_top_k=_env_int(environ, ENV_TOP_K, 0),
         )
 
 
@@ -122,7 +131,9 @@ class RequestSettings:
         """Apply a request's ddtree_* custom_params; other keys (SGLang's own, other plugins') are ignored.
 
         A max_depth above the server's tree depth D is refused; one between D and the configured
-        max_depth (possible when the budget is the tighter limit) is accepted and means D.
+        max_depth (possible when the budget is the tighter limit) is accepted and means D. A max_depth
+        below D needs K >= the request's budget (rounds._limit_depths), so with SGLANG_DDTREE_TOP_K below
+        the budget it is refused.
         """
         default = cls.defaults(server)
         if not params:
@@ -140,6 +151,11 @@ class RequestSettings:
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
             raise DDTreeConfigError(f"{PARAM_DRAFT_TEMPERATURE} must be a number, got {temperature!r}")
         _check_temperature(float(temperature), PARAM_DRAFT_TEMPERATURE)
+        if max_depth < server.tree_depth and server.top_k < budget:
+            raise DDTreeConfigError(
+                f"{PARAM_MAX_DEPTH} below the server's {server.tree_depth} needs {ENV_TOP_K} >= {PARAM_BUDGET} "
+                f"({server.top_k} < {budget})"
+            )
         return cls(budget=budget, max_depth=min(max_depth, server.tree_depth), draft_temperature=float(temperature))
 
 

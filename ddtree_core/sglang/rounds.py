@@ -315,8 +315,9 @@ def summary_from_rows(rows: Sequence[Sequence[int]]) -> dict:
 
 
 def _limit_depths(topk: DraftTopK, max_depths: torch.Tensor) -> DraftTopK:
-    """-inf log-probs at depths past each request's limit. Depth 1 alone offers K = server budget >=
-    request budget finite candidates (the worker refuses a vocabulary smaller than the budget), so a
+    """-inf log-probs at depths past each request's limit. Depth 1 alone offers K >= request budget finite
+    candidates (K = the server budget, or SGLANG_DDTREE_TOP_K when a request lowers its depth: config.py
+    refuses K below its budget then; the worker refuses a vocabulary smaller than the budget), so a
     request's best nodes never include a -inf one: its tree equals the depth-limited tree."""
     depth = torch.arange(1, topk.log_probs.shape[1] + 1, device=topk.log_probs.device).view(1, -1, 1)
     allowed = depth <= max_depths.view(-1, 1, 1)
