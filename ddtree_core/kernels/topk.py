@@ -363,13 +363,19 @@ def _merge_kernel(
 
 
 def draft_topk(
-    logits: torch.Tensor, k: int, draft_temperature: float, *, tile: int | None = None, chunks: int | None = None
+    logits: torch.Tensor,
+    k: int,
+    draft_temperature: float,
+    *,
+    tile: int | None = None,
+    chunks: int | None = None,
+    warps: int = 4,
 ) -> DraftTopK:
     """Top-k of `logits` [B, L, V] per row, equal to `tree.draft_topk(impl="reference")` (ids exactly).
 
-    tile: logits per tile (a power of two >= 4); chunks: vocabulary chunks per row. Both change only the
-    speed; the defaults (`_plan`) follow the H200 sweep of `python -m ddbench.topk_tune`. No host sync;
-    CUDA-graph capturable.
+    tile: logits per tile (a power of two >= 4); chunks: vocabulary chunks per row; warps: per program of
+    the scan kernel. They change only the speed; the defaults (`_plan`) follow the H200 sweep of
+    `python -m ddbench.topk_tune`. No host sync; CUDA-graph capturable.
     """
     batch, length, vocab = logits.shape
     if not 1 <= k <= vocab or vocab >= 2**31 - 1:
@@ -388,11 +394,11 @@ def draft_topk(
     log_probs = torch.empty((rows.shape[0], k), dtype=torch.float32, device=rows.device)
     token_ids = torch.empty((rows.shape[0], k), dtype=torch.int64, device=rows.device)
     if rows.shape[0] > 0:
-        _launch(rows, k, draft_temperature, tile, chunks, log_probs, token_ids)
+        _launch(rows, k, draft_temperature, tile, chunks, warps, log_probs, token_ids)
     return DraftTopK(log_probs=log_probs.view(batch, length, k), token_ids=token_ids.view(batch, length, k))
 
 
-def _launch(rows, k, draft_temperature, tile, chunks, log_probs, token_ids) -> None:
+def _launch(rows, k, draft_temperature, tile, chunks, warps, log_probs, token_ids) -> None:
     num_rows, vocab = rows.shape
     device = rows.device
     auto_tile, auto_chunks = _plan(num_rows, vocab, k, device)
@@ -410,7 +416,7 @@ def _launch(rows, k, draft_temperature, tile, chunks, log_probs, token_ids) -> N
     _chunk_kernel[(num_rows, chunks)](
         rows, rows.stride(0), vocab, chunk_len, scale, k, soft, buf, cand, stats, log_probs, token_ids,
         TILE=tile, G=min(tile, triton.next_power_of_2(2 * k)), BLOCK=min(tile, _BLOCK), LOG_BINS=6, KP=kp,
-        DIVIDE=divide, FINISH=chunks == 1, num_warps=4,
+        DIVIDE=divide, FINISH=chunks == 1, num_warps=warps,
     )  # fmt: skip
     if chunks > 1:
         block = min(4096, triton.next_power_of_2(chunks * k))
