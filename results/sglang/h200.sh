@@ -22,8 +22,9 @@
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
 #   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64
-#   campaign    configs/testbed-h200-campaign.toml at T = 0 (budgets 16..1024, one server each; 1..32 in flight),
-#               resuming after the cells committed in results/sglang/campaign-h200 (commit the run folder there)
+#   campaign    configs/testbed-h200-campaign.toml (budgets 15..1023, one server each; T = 0 and 1; 1..32 in
+#               flight), resuming after the cells committed in results/sglang/campaign-h200 (commit the run
+#               folder there); campaign-x2: the same with a server on each of GPUs 0 and 1
 #   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature at budget 64)
 #   rounds      DFLASH and DDTree b15 / b128 (eager, and folded: SGLANG_DDTREE_DRAFT_GRAPH=1), 4 bursts at 1 and
 #               16 in flight; round times from the servers' decode logs (results/sglang/log_rounds.py)
@@ -187,7 +188,9 @@ sweeps)
         MODEL=$P GPUS=0,1 sweep tp2 --tp 2 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,64 \
           --concurrency 1,16 "${FAST[@]}" ;;
       campaign)
-        sweep campaign --config testbed-h200-campaign --temperatures 0 ;;
+        sweep campaign --config testbed-h200-campaign ;;
+      campaign-x2)  # the same on both GPUs: two servers side by side (a session of its own: ~12 min of cells)
+        GPUS=0,1 sweep campaign --config testbed-h200-campaign ;;
       knobs)
         sweep knobs --config testbed-h200-knobs ;;
       gputests)
