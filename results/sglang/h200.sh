@@ -189,7 +189,7 @@ sweeps)
           --concurrency 1,16 "${FAST[@]}" ;;
       campaign)
         sweep campaign --config testbed-h200-campaign ;;
-      campaign-x2)  # the same on both GPUs: two servers side by side (a session of its own: ~12 min of cells)
+      campaign-x2)  # the same on both GPUs: two servers side by side (a session of its own)
         GPUS=0,1 sweep campaign --config testbed-h200-campaign ;;
       knobs)
         sweep knobs --config testbed-h200-knobs ;;
