@@ -483,6 +483,17 @@ def kernels(ctx: typer.Context) -> None:
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
+def trace(ctx: typer.Context) -> None:
+    """Where decode rounds spend their time, from SGLang profiler traces (ddbench/trace_summary.py); `ddbench trace
+    --help` for options."""
+    from ddbench import trace_summary
+
+    summary = typer.Typer(add_completion=False)
+    summary.command()(trace_summary.main)
+    summary(args=list(ctx.args), prog_name="ddbench trace")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
 def cost(ctx: typer.Context) -> None:
     """Verify cost of a random Qwen3-shaped target (ddbench/cost_bench.py); `ddbench cost --help` for options."""
     from ddbench import cost_bench

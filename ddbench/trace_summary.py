@@ -62,10 +62,16 @@ class Span:
 
 
 def load_events(path: Path) -> list[dict]:
-    """The traceEvents of a Chrome trace file (.json or .json.gz)."""
-    with (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as f:
-        data = json.load(f)
-    return data["traceEvents"] if isinstance(data, dict) else data
+    """The traceEvents of a Chrome trace file (.json or .json.gz); ValueError for anything else."""
+    try:
+        with (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as f:
+            data = json.load(f)
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read a Chrome trace ({type(error).__name__}: {error})") from None
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise ValueError("not a Chrome trace (no traceEvents list)")
+    return events
 
 
 def _spans(events: Iterable[dict]) -> dict[str, list[Span]]:
@@ -300,13 +306,15 @@ def main(
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the numbers here.")] = None,
     top: Annotated[int, typer.Option(help="Python functions to list.")] = 25,
 ):
+    """Per decode round: wall and host time, Python functions, launches, host syncs and their callers, GPU
+    busy time and kernels, aten ops; with several traces, a side-by-side table."""
     summaries = {}
     for path in traces:
         try:
             summaries[str(path)] = summarize(load_events(path), round_fn, top)
         except ValueError as err:
-            typer.echo(f"{path}: {err}", err=True)
-            raise typer.Exit(code=1) from None
+            typer.echo(f"error: {path}: {err}", err=True)
+            raise typer.Exit(code=2) from None
     sections = [render_markdown(s, p) for p, s in summaries.items()]
     if len(summaries) > 1:
         names = [Path(p).name for p in summaries]

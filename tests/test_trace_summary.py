@@ -141,7 +141,11 @@ def test_cli_reads_gzipped_traces_and_writes_json(tmp_path):
     numbers = json.loads(out.read_text())
     assert [numbers[str(p)]["wall_ms"]["median"] for p in paths] == [3.0, 2.0]
     result = CliRunner().invoke(app, [str(paths[0]), "--round-fn", "no_such_function"])
-    assert result.exit_code == 1 and "no python_function event matches" in result.output
+    assert result.exit_code == 2 and "no python_function event matches" in result.output
+    (tmp_path / "other.json").write_text('{"cells": []}')
+    for bad, why in (("missing.json.gz", "cannot read a Chrome trace"), ("other.json", "not a Chrome trace")):
+        result = CliRunner().invoke(app, [str(tmp_path / bad)])
+        assert result.exit_code == 2 and why in result.output, result.output
 
 
 def one_round(x):
