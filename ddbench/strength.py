@@ -92,14 +92,35 @@ def mixed(trajectory: Trajectory, p: int, alpha: float) -> torch.Tensor:
     return out
 
 
-def simulate(trajectory: Trajectory, alpha: float, budget: int | None) -> list[int]:
-    """The rounds' acceptance lengths (bonus included); budget None = DFlash's chain."""
+def chain_union_matches(log_probs: torch.Tensor, budget: int, truth: list[int]) -> int:
+    """Matches of a budget-node tree that holds DFlash's whole chain: the chain's L nodes plus the first N'
+    nodes of the best-first tree (pop order), N' as large as the union of the two fits the budget. Both are
+    closed under ancestors, so the union is a tree and its deepest match is the larger of theirs."""
+    length = log_probs.shape[0]
+    tree = build_tree(log_probs[None], budget, max_depth=length, impl="torch")
+    parents, ranks, tokens = tree.parents[0].tolist(), tree.ranks[0].tolist(), tree.token_ids[0].tolist()
+    on_chain, in_union, keep = [True], length, 0
+    for node in range(1, int(tree.num_nodes[0]) + 1):
+        on_chain.append(on_chain[parents[node]] and ranks[node] == 0)
+        in_union += not on_chain[node]
+        if in_union > budget:
+            break
+        keep = node
+    tree_matches = round_matches(parents[: keep + 1], tokens[:keep], truth)
+    return max(chain_matches(log_probs, truth), tree_matches)
+
+
+def simulate(trajectory: Trajectory, alpha: float, budget: int | None, *, with_chain: bool = False) -> list[int]:
+    """The rounds' acceptance lengths (bonus included); budget None = DFlash's chain; with_chain: a tree
+    that holds the chain (budget >= L)."""
     ids, end, p, taus = trajectory.ids, len(trajectory.ids) - 1, trajectory.first, []
     while p < end:
         log_probs = mixed(trajectory, p, alpha)
         truth = ids[p + 1 : p + 1 + log_probs.shape[0]]
         if budget is None:
             matches = chain_matches(log_probs, truth)
+        elif with_chain:
+            matches = chain_union_matches(log_probs, budget, truth)
         else:
             tree = build_tree(log_probs[None], budget, max_depth=log_probs.shape[0], impl="torch")
             matches = round_matches(tree.parents[0].tolist(), tree.token_ids[0].tolist(), truth)
@@ -188,17 +209,20 @@ def same_but_last(taus: Sequence[int], histogram: Sequence[int]) -> bool:
     return (len(moved) == 2 and diff[moved[0]] == -1 and diff[moved[1]] == 1 and moved[0] == taus[-1] - 1)
 
 
-def sweep(trajectories: Sequence[Trajectory], alphas: Sequence[float], budgets: Sequence[int]) -> list[dict]:
+def sweep(
+    trajectories: Sequence[Trajectory], alphas: Sequence[float], budgets: Sequence[int], chain_budgets=()
+) -> list[dict]:
     rows = []
+    settings = [(None, False)] + [(b, False) for b in budgets] + [(b, True) for b in chain_budgets]
     for alpha in alphas:
-        for budget in [None, *budgets]:
+        for budget, with_chain in settings:
             per_dataset = defaultdict(lambda: [0, 0])
             for t in trajectories:
-                taus = simulate(t, alpha, budget)
+                taus = simulate(t, alpha, budget, with_chain=with_chain)
                 per_dataset[t.dataset][0] += len(taus)
                 per_dataset[t.dataset][1] += sum(taus)
             for dataset, (rounds, tokens) in sorted(per_dataset.items()):
-                method = "dflash" if budget is None else "ddtree"
+                method = "dflash" if budget is None else "ddtree+chain" if with_chain else "ddtree"
                 rows.append({"alpha": alpha, "method": method, "budget": budget or "", "dataset": dataset,
                              "rounds": rounds, "tokens": tokens, "tau": tokens / rounds})  # fmt: skip
     chain = {(r["alpha"], r["dataset"]): r["tau"] for r in rows if r["method"] == "dflash"}
@@ -214,7 +238,8 @@ def gain_at(rows: Sequence[dict], dataset: str, budget: int, chain_tau: float) -
         (chain["tau"], tree["gain"])
         for chain in rows if chain["dataset"] == dataset and chain["method"] == "dflash"
         for tree in rows
-        if tree["dataset"] == dataset and tree["budget"] == budget and tree["alpha"] == chain["alpha"]
+        if tree["dataset"] == dataset and tree["method"] == "ddtree" and tree["budget"] == budget
+        and tree["alpha"] == chain["alpha"]
     )  # fmt: skip
     for (x0, y0), (x1, y1) in zip(points, points[1:]):
         if x0 <= chain_tau <= x1:
@@ -236,15 +261,18 @@ def derived_acceptance(published: dict, rows: Sequence[dict], budgets: Sequence[
             "datasets": datasets}  # fmt: skip
 
 
-def markdown(rows: Sequence[dict], budgets: Sequence[int]) -> str:
+def markdown(rows: Sequence[dict], budgets: Sequence[int], chain_budgets: Sequence[int] = ()) -> str:
+    columns = [("ddtree", b, f"DDTree b{b}") for b in budgets] + [
+        ("ddtree+chain", b, f"b{b} with the chain") for b in chain_budgets
+    ]
     lines = []
     for dataset in sorted({r["dataset"] for r in rows}):
-        heads = " | ".join(f"DDTree b{b} tau (gain)" for b in budgets)
-        lines += [f"## {dataset}", "", f"| alpha | DFlash tau | {heads} |", "|---" * (len(budgets) + 2) + "|"]
+        heads = " | ".join(f"{label} tau (gain)" for _, _, label in columns)
+        lines += [f"## {dataset}", "", f"| alpha | DFlash tau | {heads} |", "|---" * (len(columns) + 2) + "|"]
         for alpha in sorted({r["alpha"] for r in rows}):
-            cells = {r["budget"] or "chain": r for r in rows if r["dataset"] == dataset and r["alpha"] == alpha}
-            parts = [f"{cells[b]['tau']:.2f} ({cells[b]['gain']:.2f}x)" for b in budgets]
-            lines.append(f"| {alpha:g} | {cells['chain']['tau']:.2f} | " + " | ".join(parts) + " |")
+            cells = {(r["method"], r["budget"]): r for r in rows if r["dataset"] == dataset and r["alpha"] == alpha}
+            parts = [f"{cells[m, b]['tau']:.2f} ({cells[m, b]['gain']:.2f}x)" for m, b, _ in columns]
+            lines.append(f"| {alpha:g} | {cells['dflash', '']['tau']:.2f} | " + " | ".join(parts) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -257,17 +285,19 @@ def main(
     datasets: Annotated[str, typer.Option(help="Single-turn datasets to use.")] = "gsm8k,humaneval",
     alphas: Annotated[str, typer.Option(help="Weights of the target's distribution.")] = "0,0.3,0.5,0.6,0.7,0.8,0.9",
     budgets: Annotated[str, typer.Option(help="DDTree budgets.")] = "15,63,127",
+    chain_budgets: Annotated[str, typer.Option(help="Budgets of trees that hold DFlash's chain (>= L).")] = "",
     limit: Annotated[int | None, typer.Option(help="At most this many prompts (smoke runs).")] = None,
     published: Annotated[Path | None, typer.Option(help="Acceptance file with published DFlash tau.")] = None,
     acceptance_out: Annotated[Path | None, typer.Option(help="Where --published's derived copy goes.")] = None,
 ) -> None:
     """Simulated DFlash and DDTree acceptance as the drafter gets stronger (see the module docstring)."""
     budget_list = [int(b) for b in budgets.split(",")]
+    chain_list = [int(b) for b in chain_budgets.split(",") if b]
     trajectories, cells = load_trajectories(results, model, data_dir, datasets.split(","), limit)
     problems, compared = check(trajectories, cells)
     for line in problems:
         typer.echo(f"alpha 0 differs from the engine: {line}", err=True)
-    rows = sweep(trajectories, [float(a) for a in alphas.split(",")], budget_list)
+    rows = sweep(trajectories, [float(a) for a in alphas.split(",")], budget_list, chain_list)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "strength.csv", "w", newline="") as stream:
         writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
@@ -275,8 +305,9 @@ def main(
         writer.writerows(rows)
     header = (f"{len(trajectories)} prompts; alpha 0 checked against the engine's records: "
               f"{len(problems)} of {compared} responses differ\n\n")  # fmt: skip
-    (out / "strength.md").write_text(header + markdown(rows, budget_list))
-    typer.echo(header + markdown(rows, budget_list))
+    text = header + markdown(rows, budget_list, chain_list)
+    (out / "strength.md").write_text(text)
+    typer.echo(text)
     if published is not None and acceptance_out is not None:
         source = (f"its DFlash tau x the DDTree / DFlash tau gain that `python -m ddbench.strength {results} "
                   f"--budgets {budgets} --alphas {alphas}` simulates at that DFlash tau (a mixture of the testbed "
