@@ -477,9 +477,7 @@ def kernels(ctx: typer.Context) -> None:
     """Kernel benchmark of the draft-side round (ddbench/kernel_bench.py); `ddbench kernels --help` for options."""
     from ddbench import kernel_bench
 
-    bench = typer.Typer(add_completion=False)
-    bench.command()(kernel_bench.main)
-    bench(args=list(ctx.args), prog_name="ddbench kernels")
+    _run_tool(kernel_bench.main, ctx, "ddbench kernels")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
@@ -488,9 +486,7 @@ def trace(ctx: typer.Context) -> None:
     --help` for options."""
     from ddbench import trace_summary
 
-    summary = typer.Typer(add_completion=False)
-    summary.command()(trace_summary.main)
-    summary(args=list(ctx.args), prog_name="ddbench trace")
+    _run_tool(trace_summary.main, ctx, "ddbench trace")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
@@ -498,9 +494,14 @@ def cost(ctx: typer.Context) -> None:
     """Verify cost of a random Qwen3-shaped target (ddbench/cost_bench.py); `ddbench cost --help` for options."""
     from ddbench import cost_bench
 
-    bench = typer.Typer(add_completion=False)
-    bench.command()(cost_bench.main)
-    bench(args=list(ctx.args), prog_name="ddbench cost")
+    _run_tool(cost_bench.main, ctx, "ddbench cost")
+
+
+def _run_tool(main, ctx: typer.Context, prog_name: str) -> None:
+    """Run a module's own typer entry point with this subcommand's arguments (its --help included)."""
+    tool = typer.Typer(add_completion=False)
+    tool.command()(main)
+    tool(args=list(ctx.args), prog_name=prog_name)
 
 
 @app.command()

@@ -3,6 +3,7 @@
 import pytest
 import torch
 from test_sglang_rounds import WIDTH, worked_tree
+from trees import RecordOps
 
 from ddtree_core.sglang.config import RequestSettings, ServerSettings
 from ddtree_core.sglang.rounds import draft_block_inputs, draft_tree, request_limits, verify_batch
@@ -71,18 +72,7 @@ def test_draft_block_inputs(impl):
 def test_fused_inputs_are_one_launch_each(monkeypatch):
     """Each fused call's torch work is allocating its outputs; its compute is one launch (recorded, not
     run). The torch compositions they replace dispatch a dozen ops or more, one launch each on a GPU."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from ddtree_core.kernels import round_inputs as kernel
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
 
     launches = []
     record = {(1,): lambda *args, **kwargs: launches.append(args)}
@@ -91,12 +81,12 @@ def test_fused_inputs_are_one_launch_each(monkeypatch):
     tree, bonus, prefix = worked_tree(batch=2), torch.tensor([7, 8]), torch.tensor([3, 5])
     req_to_token = torch.arange(200, dtype=torch.int32).view(2, 100)
     pools = torch.tensor([1, 0])
-    with Ops() as ops:
+    with RecordOps() as ops:
         verify_batch(tree, bonus, prefix, 8, impl="triton")
         draft_block_inputs(bonus, prefix, pools, req_to_token, block=4, width=WIDTH, mask_token_id=9, impl="triton")
     assert len(launches) == 2
     assert set(ops.names) <= {"empty", "view", "detach"}, ops.names  # allocations and aliases only
-    with Ops() as ops:
+    with RecordOps() as ops:
         verify_batch(tree, bonus, prefix, 8, impl="torch")
         draft_block_inputs(bonus, prefix, pools, req_to_token, block=4, width=WIDTH, mask_token_id=9, impl="torch")
     assert len(ops.names) > 20

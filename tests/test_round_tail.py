@@ -15,7 +15,14 @@ import torch
 
 pytest.importorskip("triton")
 
-from trees import assert_same, guided_targets, needs_cuda, replay_in_cuda_graph, worked_example_topk  # noqa: E402
+from trees import (  # noqa: E402
+    RecordOps,
+    assert_same,
+    guided_targets,
+    needs_cuda,
+    replay_in_cuda_graph,
+    worked_example_topk,
+)
 
 from ddtree_core import DraftTopK, DraftTree, build_tree_from_topk, draft_topk  # noqa: E402
 from ddtree_core.sglang.rounds import STATS_COLUMNS, round_tail  # noqa: E402
@@ -186,27 +193,16 @@ def test_shape_mismatch_is_an_error(impl):
 def test_fused_path_is_one_launch_and_allocations(monkeypatch):
     """The fused call's torch work is allocating its outputs and viewing them; its compute is one launch.
     (The launch is recorded, not run: the interpreter's own copies would show up as torch ops.)"""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from ddtree_core.kernels import round_tail as kernel
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
 
     launches = []
     monkeypatch.setattr(kernel, "_round_tail_kernel", {(3,): lambda *args, **kwargs: launches.append(args)})
     topk, tree, target, prefix, slots = random_round(0, 3, 6, 16, [20, 0, 7], 6)
-    with Ops() as ops:
+    with RecordOps() as ops:
         round_tail(tree, target, topk, prefix, cache_loc=slots, impl="triton")
     assert len(launches) == 1
     assert sorted(ops.names) == ["empty"] * 4 + ["unbind"] * 2, ops.names
-    with Ops() as ops:
+    with RecordOps() as ops:
         round_tail(tree, target, topk, prefix, cache_loc=slots, impl="torch")
     assert len(ops.names) > 20  # the composition it replaces: one launch per op on a GPU
 

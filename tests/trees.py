@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ddtree_core import DraftTopK, build_tree, build_tree_from_topk
 
@@ -100,3 +101,15 @@ def guided_targets(tree, generator, vocab=None, stray=0.2):
                 pick = 0 if draw < 0.8 else int(torch.randint(0, len(options), (), generator=generator))
                 target[b, node] = options[pick]
     return target
+
+
+class RecordOps(TorchDispatchMode):
+    """Records the name of every torch op dispatched inside it (`names`), running each as usual."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
