@@ -17,6 +17,11 @@ one int64 so that every selection is a single `topk(largest=False)`:
   bits(-score) << 32 | depth << 16 | position_in_level     across levels
 
 where bits(x) is the IEEE-754 bit pattern of a float32 x >= 0, which orders like x itself.
+
+Holding the chain (tree.py) puts bits 0 on the chain's nodes of finite score and bits(-score) + 1 on
+the others. The
+chain node is the best of its level, so it is the level's pair (0, 0) and its position 0, and the
+pruning above still holds: a pair is beaten by every pair with i' <= i and r' <= r.
 """
 
 from __future__ import annotations
@@ -56,7 +61,13 @@ def draft_topk(logits: torch.Tensor, k: int, draft_temperature: float) -> DraftT
     return DraftTopK(log_probs=log_probs, token_ids=ids.gather(-1, order))
 
 
-def build_tree_from_topk(topk: DraftTopK, budget: int | torch.Tensor, max_depth: int, max_budget: int) -> DraftTree:
+def build_tree_from_topk(
+    topk: DraftTopK,
+    budget: int | torch.Tensor,
+    max_depth: int,
+    max_budget: int,
+    hold_chain: bool | torch.Tensor = False,
+) -> DraftTree:
     """The DDTree trees of a batch, level-synchronously (see the module docstring)."""
     log_probs = topk.log_probs[:, :max_depth].float()
     batch, depth, k = log_probs.shape
@@ -66,6 +77,7 @@ def build_tree_from_topk(topk: DraftTopK, budget: int | torch.Tensor, max_depth:
     if n == 0:
         return DraftTree.root_only(batch, max_depth, device)
     parent_pos, rank = _candidate_pairs(n, k, device)
+    held = _held(hold_chain, batch, device)
     scores = torch.full((batch, n), float("-inf"), device=device)
     scores[:, 0] = 0.0
     valid = torch.zeros((batch, n), dtype=torch.bool, device=device)
@@ -73,23 +85,26 @@ def build_tree_from_topk(topk: DraftTopK, budget: int | torch.Tensor, max_depth:
     levels = []
     for d in range(depth):
         cand_scores = scores[:, parent_pos] + log_probs[:, d, rank]
-        key = (_bits(cand_scores) << 32) | (parent_pos << 16) | rank
+        key = (_held_bits(cand_scores, held, (parent_pos == 0) & (rank == 0)) << 32) | (parent_pos << 16) | rank
         key = torch.where(valid[:, parent_pos], key, _INVALID)
         kept_key, kept = key.topk(n, dim=-1, largest=False)
         scores = cand_scores.gather(1, kept)
         valid = kept_key != _INVALID
         levels.append((scores, valid, parent_pos[kept], rank[kept]))
-    return _select_nodes(topk.token_ids[:, :max_depth], levels, budgets, max_depth)
+    return _select_nodes(topk.token_ids[:, :max_depth], levels, budgets, max_depth, held)
 
 
-def _select_nodes(token_ids: torch.Tensor, levels: list, budgets: torch.Tensor, max_depth: int) -> DraftTree:
+def _select_nodes(
+    token_ids: torch.Tensor, levels: list, budgets: torch.Tensor, max_depth: int, held: torch.Tensor | None
+) -> DraftTree:
     """The N best kept nodes over all levels, numbered in pop order, with their parents."""
     scores, valid, parent_pos, rank = (torch.stack(x, dim=1) for x in zip(*levels))  # [B, D, N]
     batch, depth, n = scores.shape
     device = scores.device
     level = torch.arange(depth, device=device).view(1, depth, 1)
     position = torch.arange(n, device=device).view(1, 1, n)
-    key = (_bits(scores) << 32) | ((level + 1) << 16) | position
+    bits = _held_bits(scores, None if held is None else held.unsqueeze(2), position == 0)
+    key = (bits << 32) | ((level + 1) << 16) | position
     key = torch.where(valid, key, _INVALID).reshape(batch, depth * n)
     picked_key, picked = key.topk(n, dim=-1, largest=False)  # picked: flat (level, slot) per node
     node = torch.arange(1, n + 1, device=device)
@@ -149,6 +164,20 @@ def follow_tree(tree: DraftTree, target_tokens: torch.Tensor) -> TreeWalk:
 def _bits(scores: torch.Tensor) -> torch.Tensor:
     """int64 keys ordering float32 scores <= 0 from best (0) to worst (-inf)."""
     return scores.neg().abs().view(torch.int32).to(torch.int64)
+
+
+def _held(hold_chain: bool | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor | None:
+    """The requests that hold the chain, as a BoolTensor [B, 1]; None when none can."""
+    if isinstance(hold_chain, torch.Tensor):
+        return hold_chain.to(device).view(batch, 1)
+    return torch.ones((batch, 1), dtype=torch.bool, device=device) if hold_chain else None
+
+
+def _held_bits(scores: torch.Tensor, held: torch.Tensor | None, chain: torch.Tensor) -> torch.Tensor:
+    """_bits, with the chain's nodes (where `chain` and finite) first for the requests that hold it."""
+    if held is None:
+        return _bits(scores)
+    return torch.where(held & chain & scores.isfinite(), 0, _bits(scores) + held)
 
 
 @functools.cache

@@ -24,6 +24,14 @@ Ties, so that every implementation emits the same tree from the same top-K lists
 The liranringel heap breaks equal scores by the rank path alone and sums in float64; the two orders
 differ only between nodes at different depths (neither an ancestor of the other) or under different
 parents whose scores are equal to the last float32 bit.
+
+Holding the chain (`hold_chain=True`): the chain is the path of rank-0 tokens from the root, the block
+a DFlash drafter proposes, down to its last node of finite score (-inf log-probs mark depths a request
+may not use). Held, its nodes pop first, shallowest first, and the rest of the budget
+goes to the other nodes in the order above. With budget >= depth the tree contains DFlash's whole
+block, so its walk accepts at least as much as DFlash's; budget = depth gives the chain alone. The
+chain node is the best of its depth anyway, so holding changes which nodes are kept, never the order
+among the others.
 """
 
 from __future__ import annotations
@@ -118,6 +126,7 @@ def build_tree(
     *,
     max_depth: int | None = None,
     draft_temperature: float = 1.0,
+    hold_chain: bool | torch.Tensor = False,
     impl: str | None = None,
 ) -> DraftTree:
     """Build the DDTree draft tree of each request.
@@ -126,13 +135,16 @@ def build_tree(
     budget: non-root nodes per tree, an int or a LongTensor [B] of per-request budgets (>= 0).
     max_depth: depth limit, 1 <= max_depth <= L (default L).
     draft_temperature: divides the logits before log-softmax (tree scoring only).
+    hold_chain: keep the rank-0 chain first (module docstring); a bool, or a BoolTensor [B] per request.
     impl: "reference" | "torch" | "triton" | None (best available, see ops.resolve).
     """
     logits = _as_batched(draft_logits)
     max_budget = _max_budget(budget, logits.shape[0])
     k = max(1, min(max_budget, logits.shape[-1]))
     topk = draft_topk(logits, k, draft_temperature=draft_temperature, impl=impl)
-    return build_tree_from_topk(topk, budget, max_depth=max_depth, max_budget=max_budget, impl=impl)
+    return build_tree_from_topk(
+        topk, budget, max_depth=max_depth, max_budget=max_budget, hold_chain=hold_chain, impl=impl
+    )
 
 
 def build_tree_from_topk(
@@ -141,6 +153,7 @@ def build_tree_from_topk(
     *,
     max_depth: int | None = None,
     max_budget: int | None = None,
+    hold_chain: bool | torch.Tensor = False,
     impl: str | None = None,
 ) -> DraftTree:
     """Build trees from precomputed top-K lists (K >= min(budget, V) gives the DDTree tree).
@@ -156,19 +169,25 @@ def build_tree_from_topk(
         max_budget = _max_budget(budget, batch)
     elif max_budget < 0:
         raise ValueError(f"max_budget must be >= 0, got {max_budget}")
+    if isinstance(hold_chain, torch.Tensor):
+        if hold_chain.dtype != torch.bool or hold_chain.shape != (batch,):
+            raise ValueError(f"a tensor hold_chain must be a BoolTensor [{batch}], got {hold_chain.dtype} "
+                             f"{tuple(hold_chain.shape)}")
+    elif not isinstance(hold_chain, bool):
+        raise ValueError(f"hold_chain must be a bool or a BoolTensor [B], got {hold_chain!r}")
     chosen = ops.resolve(impl, topk.log_probs.device)
     if chosen == "triton" and impl is None and 1 + max_depth * max_budget >= TRITON_NODE_LIMIT:
         chosen = "torch"  # beyond the kernel's 15-bit node indices; asked for explicitly, it raises
     impl = chosen
     if impl == "reference":
-        return _build_reference(topk, budget, max_depth, max_budget)
+        return _build_reference(topk, budget, max_depth, max_budget, hold_chain)
     if impl == "triton":
         from ddtree_core.kernels import tree_build
 
-        return tree_build.build_tree_from_topk(topk, budget, max_depth, max_budget)
+        return tree_build.build_tree_from_topk(topk, budget, max_depth, max_budget, hold_chain)
     from ddtree_core import batched
 
-    return batched.build_tree_from_topk(topk, budget, max_depth, max_budget)
+    return batched.build_tree_from_topk(topk, budget, max_depth, max_budget, hold_chain)
 
 
 def budgets_tensor(budget: int | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
@@ -213,11 +232,14 @@ def _topk_reference(logits: torch.Tensor, k: int, draft_temperature: float) -> D
     return DraftTopK(log_probs=log_probs, token_ids=ids)
 
 
-def _build_reference(topk: DraftTopK, budget: int | torch.Tensor, max_depth: int, max_budget: int) -> DraftTree:
+def _build_reference(
+    topk: DraftTopK, budget: int | torch.Tensor, max_depth: int, max_budget: int, hold_chain: bool | torch.Tensor
+) -> DraftTree:
     """The best-first heap, one request at a time on the host: the oracle for every other path."""
     device = topk.log_probs.device
     batch = topk.log_probs.shape[0]
     budgets = budgets_tensor(budget, batch, torch.device("cpu")).clamp(max=max_budget).tolist()
+    holds = hold_chain.tolist() if isinstance(hold_chain, torch.Tensor) else [hold_chain] * batch
     width = max_budget + 1
     log_probs = topk.log_probs.detach().cpu().numpy().astype(np.float32)
     token_ids = topk.token_ids.detach().cpu().numpy()
@@ -230,7 +252,7 @@ def _build_reference(topk: DraftTopK, budget: int | torch.Tensor, max_depth: int
     }
     num_nodes = np.zeros(batch, np.int64)
     for b in range(batch):
-        nodes = _heap_nodes(log_probs[b], budgets[b], max_depth)
+        nodes = _heap_nodes(log_probs[b], budgets[b], max_depth, holds[b])
         out["depths"][b, 0], out["scores"][b, 0] = 0, 0.0
         for i, (score, depth, parent, rank) in enumerate(nodes, start=1):
             out["token_ids"][b, i - 1] = token_ids[b, depth - 1, rank]
@@ -243,22 +265,30 @@ def _build_reference(topk: DraftTopK, budget: int | torch.Tensor, max_depth: int
     return DraftTree(num_nodes=torch.from_numpy(num_nodes).to(device), max_depth=max_depth, **tensors)
 
 
-def _heap_nodes(log_probs: np.ndarray, budget: int, max_depth: int) -> list[tuple[np.float32, int, int, int]]:
-    """Pop `budget` nodes; each is (score, depth, parent node index, rank). log_probs: [L, K]."""
+def _heap_nodes(
+    log_probs: np.ndarray, budget: int, max_depth: int, hold_chain: bool = False
+) -> list[tuple[np.float32, int, int, int]]:
+    """Pop `budget` nodes; each is (score, depth, parent node index, rank). log_probs: [L, K].
+
+    Held, the chain's nodes (rank 0 under the root or under a chain node, finite score) carry key 0
+    ahead of the score, every other node key 1, so that the chain pops first.
+    """
     k = log_probs.shape[1]
     zero = np.float32(0.0)
-    # Heap entries: (-score, depth, parent index, rank, score, parent score); the first four are the key.
+    # Heap entries: (class, -score, depth, parent index, rank, score, parent score); the first five are
+    # the key; class 0 = a held chain node.
     first = zero + log_probs[0, 0]
-    heap = [(-float(first), 1, 0, 0, first, zero)]
+    heap = [(0 if hold_chain and np.isfinite(first) else 1, -float(first), 1, 0, 0, first, zero)]
     nodes: list[tuple[np.float32, int, int, int]] = []
     while heap and len(nodes) < budget:
-        _, depth, parent, rank, score, parent_score = heapq.heappop(heap)
+        cls, _, depth, parent, rank, score, parent_score = heapq.heappop(heap)
         nodes.append((score, depth, parent, rank))
         index = len(nodes)
         if rank + 1 < k:
             sibling = parent_score + log_probs[depth - 1, rank + 1]
-            heapq.heappush(heap, (-float(sibling), depth, parent, rank + 1, sibling, parent_score))
+            heapq.heappush(heap, (1, -float(sibling), depth, parent, rank + 1, sibling, parent_score))
         if depth < max_depth:
             child = score + log_probs[depth, 0]
-            heapq.heappush(heap, (-float(child), depth + 1, index, 0, child, score))
+            held = cls == 0 and np.isfinite(child)
+            heapq.heappush(heap, (0 if held else 1, -float(child), depth + 1, index, 0, child, score))
     return nodes

@@ -31,6 +31,11 @@ def test_cuda_equals_reference(impl, batch, vocab, budgets):
     reference = build_tree_from_topk(topk, budget, impl="reference")
     tree = build_tree(logits, budget, impl=impl)
     assert_same(tree, reference)
+    held = torch.arange(batch, device="cuda") % 2 == 0
+    assert_same(
+        build_tree(logits, budget, hold_chain=held, impl=impl),
+        build_tree_from_topk(topk, budget, hold_chain=held, impl="reference"),
+    )
     target = torch.randint(0, vocab, reference.parents.shape, device="cuda", generator=generator)
     target[:, 0] = reference.token_ids[:, 0]  # follow at least the first child
     assert_same(follow_tree(tree, target, impl=impl), follow_tree(reference, target, impl="reference"))

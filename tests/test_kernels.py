@@ -114,6 +114,30 @@ def test_build_random_small_trees():
         assert_same(out, ref)
 
 
+def test_build_holding_the_chain_equals_reference():
+    """Held trees (every request, or a per-request mask) on every logit flavour, K above and below the budget."""
+    rng = random.Random(1)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(12):
+        batch, length, vocab = rng.choice([1, 3]), rng.choice([1, 2, 5, 16]), rng.choice([2, 5, 40])
+        max_budget = rng.choice([1, 3, 15, 16, 40])
+        logits = make_logits(rng.choice(["randn", "bf16", "ties", "inf", "peaked"]), batch, length, vocab, generator)
+        topk = draft_topk(logits.to(DEVICE), rng.randint(1, vocab) if rng.random() < 0.3 else min(max_budget, vocab),
+                          impl="reference")  # fmt: skip
+        budgets = torch.tensor([rng.randint(0, max_budget) for _ in range(batch)], device=DEVICE)
+        depth = rng.randint(1, length)
+        if rng.random() < 0.4:  # a request's depth limit: -inf past it (the chain stops there)
+            cut = rng.randint(1, length)
+            topk = DraftTopK(topk.log_probs.index_fill(1, torch.arange(cut, length, device=DEVICE), float("-inf")),
+                             topk.token_ids)  # fmt: skip
+        for hold in (True, torch.tensor([rng.random() < 0.5 for _ in range(batch)], device=DEVICE)):
+            ref = build_tree_from_topk(topk, budgets, max_depth=depth, max_budget=max_budget, hold_chain=hold,
+                                       impl="reference")  # fmt: skip
+            out = build_tree_from_topk(topk, budgets, max_depth=depth, max_budget=max_budget, hold_chain=hold,
+                                       impl="triton")  # fmt: skip
+            assert_same(out, ref)
+
+
 def test_int_budget_and_clamped_tensor_budget():
     generator = torch.Generator().manual_seed(1)
     topk = draft_topk(make_logits("bf16", 3, 6, 60, generator).to(DEVICE), 20, impl="reference")

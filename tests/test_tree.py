@@ -193,3 +193,69 @@ def test_tree_invariants():
             children = (parents[: n + 1] == parent).nonzero().flatten()
             assert tree.ranks[b, children].tolist() == list(range(len(children)))
             assert len(set(tree.token_ids[b, children - 1].tolist())) == len(children)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_holding_the_chain_keeps_it_first(impl):
+    # a -0.1, b -0.5 | c -1.0, d -1.2. Best-first at budget 2 keeps a, b; held, the chain a.c pops first.
+    topk = topk_of([[-0.1, -0.5], [-1.0, -1.2]], [[10, 11], [12, 13]])
+    plain = build_tree_from_topk(topk, 3, impl=impl)
+    assert plain.token_ids.tolist() == [[10, 11, 12]]  # a, b, a.c (-1.1)
+    assert plain.parents.tolist() == [[-1, 0, 0, 1]]
+    held = build_tree_from_topk(topk, 3, hold_chain=True, impl=impl)
+    assert held.token_ids.tolist() == [[10, 12, 11]]  # a, a.c, then the best other: b (-0.5)
+    assert held.parents.tolist() == [[-1, 0, 1, 0]]
+    assert held.depths.tolist() == [[0, 1, 2, 1]]
+    assert torch.allclose(held.scores, torch.tensor([[0.0, -0.1, -1.1, -0.5]]))
+    chain = build_tree_from_topk(topk, 2, hold_chain=True, impl=impl)  # budget = depth: the chain alone
+    assert chain.token_ids.tolist() == [[10, 12]] and chain.parents.tolist() == [[-1, 0, 1]]
+    per_request = build_tree_from_topk(
+        DraftTopK(topk.log_probs.expand(2, -1, -1), topk.token_ids.expand(2, -1, -1)),
+        3, hold_chain=torch.tensor([False, True]), impl=impl,
+    )  # fmt: skip
+    assert per_request.token_ids.tolist() == [[10, 11, 12], [10, 12, 11]]
+
+
+def test_held_tree_is_the_chain_plus_the_best_other_nodes():
+    """A held tree of budget n >= depth: the chain, then the n - depth best other nodes of the plain
+    tree in its order; below the depth, the chain's first n nodes. torch == reference throughout."""
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(40):
+        length, vocab = int(torch.randint(1, 9, (1,), generator=generator)), int(torch.randint(2, 40, (1,), generator=generator))
+        logits = make_logits(2, length, vocab, "normal", generator) * torch.tensor([1.0, 5.0]).view(2, 1, 1)
+        budget = int(torch.randint(0, 40, (1,), generator=generator))
+        held = build_tree(logits, budget, hold_chain=True, impl="reference")
+        assert_same(build_tree(logits, budget, hold_chain=torch.tensor([True, True]), impl="torch"), held)
+        plain = build_tree(logits, 10**4 if vocab**length < 10**4 else 4000, impl="torch")
+        for b in range(2):
+            paths = tree_paths(held, b)
+            chain = [tuple(int(t) for t in logits[b, :d].argmax(-1)) for d in range(1, min(budget, length) + 1)]
+            assert paths[: len(chain)] == chain
+            others = [p for p in tree_paths(plain, b) if p not in chain]
+            assert paths[len(chain) :] == others[: len(paths) - len(chain)]
+            assert len(paths) == min(budget, len(chain) + len(others))
+
+
+def tree_paths(tree, b):
+    """The token path of each node of request b, in node order."""
+    paths = [()]
+    for node in range(1, int(tree.num_nodes[b]) + 1):
+        paths.append(paths[int(tree.parents[b, node])] + (int(tree.token_ids[b, node - 1]),))
+    return paths[1:]
+
+
+def test_hold_chain_rejects_bad_values():
+    topk = topk_of([[-0.1, -0.5]])
+    with pytest.raises(ValueError, match="hold_chain"):
+        build_tree_from_topk(topk, 2, hold_chain=torch.tensor([1]))
+    with pytest.raises(ValueError, match="hold_chain"):
+        build_tree_from_topk(topk, 2, hold_chain=1)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_held_chain_stops_at_minus_inf(impl):
+    # depth 2 masked (-inf, a request's depth limit): the chain is a alone; the other depth-1 nodes follow
+    topk = topk_of([[-0.1, -0.5, -3.0], [-math.inf] * 3])
+    tree = build_tree_from_topk(topk, 3, hold_chain=True, impl=impl)
+    assert tree.depths.tolist() == [[0, 1, 1, 1]]
+    assert tree.token_ids.tolist() == [[0, 1, 2]]

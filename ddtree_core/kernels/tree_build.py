@@ -19,6 +19,9 @@ that cannot matter. For the level below the kept nodes of depth d, with b the re
      kept count reaches b; keys beyond it are beaten by b kept nodes, and so are their children
      (a child's key is never smaller than its parent's), so the bound also cuts the parents of the
      next level to a prefix of this one.
+Holding the chain (tree.py), a request's keys are 0 on the pairs (0, 0) of finite score, the chain, and
+bits(-score) + 1 elsewhere, as in batched.py; keys stay below INT32_MAX and a child's key is still
+never smaller than its parent's, so steps 1-4 are unchanged.
 After the last level (or the first that keeps nothing) the b smallest pool keys, ties in pool order,
 are selected and ranked the same way: rank + 1 is the node index in pop order.
 
@@ -156,7 +159,7 @@ def _rank(key, low, src_key, src_low, n, PCH: tl.constexpr, QCH: tl.constexpr):
 
 @triton.jit
 def _expand_level(
-    lp_row, s_ll, s_lk, pairs_ptr, n_cand, d, b, bound, start_par, pool_score,
+    lp_row, s_ll, s_lk, pairs_ptr, n_cand, d, b, held, bound, start_par, pool_score,
     cand_key, cand_pk, cand_score, CHUNK: tl.constexpr,
 ):  # fmt: skip
     """Step 1: score the candidate pairs of the level below depth d, keep those under `bound`,
@@ -172,7 +175,8 @@ def _expand_level(
         valid = (j < n_cand) & ((i + 1) * (r + 1) <= b)
         parent_score = tl.load(pool_score + start_par + i, mask=valid, other=0.0)
         score = parent_score + tl.load(lp_row + d * s_ll + r * s_lk, mask=valid, other=0.0)
-        key = _score_key(score)
+        chain = (held != 0) & (i == 0) & (r == 0) & (score > float("-inf"))
+        key = tl.where(chain, 0, _score_key(score) + held)
         valid = valid & (key < bound)
         pos = n_valid + tl.cumsum(valid.to(tl.int32), 0) - 1
         tl.store(cand_key + pos, key, mask=valid)
@@ -261,6 +265,7 @@ def _build_kernel(
     ids_ptr,  # [B, L, K] int64: their token ids
     budget_ptr,  # [B] int64: per-request budgets (read when PER_REQUEST_BUDGET)
     budget,  # int: the budget of every request (when not PER_REQUEST_BUDGET)
+    hold_ptr,  # [B] bool: the requests that hold the chain (read when HOLD == 2)
     pairs_ptr,  # [n_pairs] int32: candidate pairs i << 16 | r, i-major
     row_end_ptr,  # [n_max] int32: row_end[i] = number of pairs with parent position <= i
     ws_int_ptr,  # [B, 2 n_pairs + 2 n_max + 4 pool_size] int32 scratch
@@ -278,6 +283,7 @@ def _build_kernel(
     n_pairs,  # int: entries of pairs_ptr
     pool_size,  # int: 1 + max_depth * n_max, the most nodes the levels can keep (root included)
     PER_REQUEST_BUDGET: tl.constexpr,  # budgets come from budget_ptr
+    HOLD: tl.constexpr,  # hold the chain: 0 no request, 1 every request, 2 those set in hold_ptr
     CHUNK: tl.constexpr,  # candidates per block of the expand / select / compact passes
     PCH: tl.constexpr,  # kept entries ranked per block
     QCH: tl.constexpr,  # entries compared per step of a rank block (a [QCH, PCH] tile)
@@ -293,6 +299,10 @@ def _build_kernel(
     else:
         b = zero + budget
     b = tl.maximum(tl.minimum(b, n_max), 0)
+    if HOLD == 2:
+        held = tl.load(hold_ptr + pid).to(tl.int32)
+    else:
+        held = zero + HOLD
     lp_row = lp_ptr + pid * s_lb
     ws_int = ws_int_ptr + pid * (2 * n_pairs + 2 * n_max + 4 * pool_size)
     ws_flt = ws_flt_ptr + pid * (n_pairs + n_max + pool_size)
@@ -316,7 +326,7 @@ def _build_kernel(
     while (d < max_depth) & (n_parents > 0):
         n_cand = tl.load(row_end_ptr + n_parents - 1)
         n_valid = _expand_level(
-            lp_row, s_ll, s_lk, pairs_ptr, n_cand, d, b, bound, start_par, pool_score,
+            lp_row, s_ll, s_lk, pairs_ptr, n_cand, d, b, held, bound, start_par, pool_score,
             cand_key, cand_pk, cand_score, CHUNK,
         )  # fmt: skip
         tl.debug_barrier()
@@ -376,10 +386,17 @@ def _build_kernel(
     tl.store(cnt_out + pid, n_nodes.to(tl.int64))
 
 
-def build_tree_from_topk(topk: DraftTopK, budget: int | torch.Tensor, max_depth: int, max_budget: int) -> DraftTree:
+def build_tree_from_topk(
+    topk: DraftTopK,
+    budget: int | torch.Tensor,
+    max_depth: int,
+    max_budget: int,
+    hold_chain: bool | torch.Tensor = False,
+) -> DraftTree:
     """The DDTree trees of a batch, equal field by field to the reference heap.
 
     budget: an int, or a LongTensor [B] on the top-K's device (clamped to [0, max_budget]).
+    hold_chain: a bool, or a BoolTensor [B] on the top-K's device.
     Needs log-probs <= 0 sorted best first per depth (draft_topk's output). No host sync.
     """
     log_probs, token_ids = topk.log_probs, topk.token_ids
@@ -396,13 +413,15 @@ def build_tree_from_topk(topk: DraftTopK, budget: int | torch.Tensor, max_depth:
     tree = _alloc_tree(batch, n, max_depth, device)
     per_request = isinstance(budget, torch.Tensor)
     budgets = budget.to(device=device, dtype=torch.int64) if per_request else tree.num_nodes
+    per_request_hold = isinstance(hold_chain, torch.Tensor)
+    holds = hold_chain.to(device) if per_request_hold else tree.num_nodes  # unread unless HOLD == 2
     if batch == 0:
         return tree
     _build_kernel[(batch,)](
-        log_probs, token_ids, budgets, 0 if per_request else int(budget), pairs, row_end, ws_int, ws_flt,
+        log_probs, token_ids, budgets, 0 if per_request else int(budget), holds, pairs, row_end, ws_int, ws_flt,
         tree.token_ids, tree.parents, tree.depths, tree.num_nodes, tree.scores, tree.ranks,
         *log_probs.stride(), *token_ids.stride(), max_depth, n, pairs.numel(), pool_size,
-        **_launch_config(n, pairs.numel(), per_request),
+        HOLD=2 if per_request_hold else int(hold_chain), **_launch_config(n, pairs.numel(), per_request),
     )  # fmt: skip
     return tree
 
