@@ -12,8 +12,10 @@ from ddtree_core.sglang.config import (
 )
 
 
-def server(block=16, budget=15, max_depth=15, draft_temperature=1.0):
-    return ServerSettings(block_size=block, budget=budget, max_depth=max_depth, draft_temperature=draft_temperature)
+def server(block=16, budget=15, max_depth=15, draft_temperature=1.0, **knobs):
+    return ServerSettings(
+        block_size=block, budget=budget, max_depth=max_depth, draft_temperature=draft_temperature, **knobs
+    )
 
 
 def test_defaults_follow_the_block():
@@ -67,6 +69,7 @@ def test_widths(budget, max_depth, block, depth, width):
         ({"SGLANG_DDTREE_TOP_K": "16"}, r"SGLANG_DDTREE_TOP_K must be in 1\.\.15 \(the budget\)"),
         ({"SGLANG_DDTREE_TOP_K": "-1"}, r"SGLANG_DDTREE_TOP_K must be in 1\.\.15"),
         ({"SGLANG_DDTREE_TOP_K": "four"}, "SGLANG_DDTREE_TOP_K must be an integer"),
+        ({"SGLANG_DDTREE_HOLD_CHAIN": "2"}, "SGLANG_DDTREE_HOLD_CHAIN must be 0 or 1"),
     ],
 )
 def test_bad_environment(env, match):
@@ -86,6 +89,7 @@ def test_info_keys():
         "ddtree_max_depth": 8,
         "ddtree_draft_temperature": 1.0,
         "ddtree_top_k": 63,
+        "ddtree_hold_chain": False,
         "ddtree_tree_depth": 8,
         "ddtree_verify_width": 64,
     }
@@ -136,6 +140,8 @@ def test_request_depth_between_tree_depth_and_max_depth_means_tree_depth():
         ({"ddtree_draft_temperature": "1"}, "ddtree_draft_temperature must be a number"),
         ({"ddtree_draft_temperature": False}, "ddtree_draft_temperature must be a number"),
         ({"ddtree_budjet": 3}, r"unknown DDTree request parameters \['ddtree_budjet'\]"),
+        ({"ddtree_hold_chain": 1}, "ddtree_hold_chain must be true or false"),
+        ({"ddtree_hold_chain": "yes"}, "ddtree_hold_chain must be true or false"),
     ],
 )
 def test_bad_request_params(params, match):
@@ -168,3 +174,34 @@ def test_top_k_knob_limits_children_per_node():
     for parents in tree.parents.tolist():
         counts = [parents.count(node) for node in range(len(parents))]
         assert max(counts) == 2  # at most K children, and some node has K
+
+
+def test_hold_chain_knob():
+    assert ServerSettings.from_env({"SGLANG_DDTREE_HOLD_CHAIN": "1"}, 16).hold_chain
+    assert not ServerSettings.from_env({"SGLANG_DDTREE_HOLD_CHAIN": " 0 "}, 16).hold_chain
+    held = server(budget=31, max_depth=8, hold_chain=True)
+    assert RequestSettings.defaults(held).hold_chain and held.info()["ddtree_hold_chain"]
+    assert not RequestSettings.from_custom_params({"ddtree_hold_chain": False}, held).hold_chain
+    assert RequestSettings.from_custom_params({"ddtree_hold_chain": True}, server(budget=31)).hold_chain
+
+
+def test_held_trees_through_request_limits():
+    """Per-request hold and depth limits together: a held request's chain stops at its depth limit, and
+    its tree is the reference held tree of its own depth; the other request's tree is unchanged."""
+    import torch
+
+    from ddtree_core import build_tree_from_topk
+    from ddtree_core.sglang.rounds import draft_tree, staged_limits
+
+    settings = server(block=8, budget=12, max_depth=7)
+    logits = torch.randn(2, settings.tree_depth, 40, generator=torch.Generator().manual_seed(2)) * 3
+    requests = [RequestSettings(12, 3, 1.0, hold_chain=True), RequestSettings(12, 7, 1.0)]
+    topk, tree = draft_tree(logits, settings, staged_limits(requests, pin=False), impl="torch")
+    _, plain = draft_tree(logits, settings, None, impl="torch")
+    held = build_tree_from_topk(topk, 12, max_depth=3, hold_chain=True, impl="reference")
+    assert tree.parents[0].tolist() == held.parents[0].tolist()
+    assert tree.token_ids[0].tolist() == held.token_ids[0].tolist()
+    chain = logits[0, :3].argmax(-1).tolist()
+    assert tree.token_ids[0, :3].tolist() == chain and tree.depths[0, :4].tolist() == [0, 1, 2, 3]
+    assert int(tree.depths[0].max()) == 3
+    assert tree.parents[1].tolist() == plain.parents[1].tolist()

@@ -221,7 +221,7 @@ def test_held_tree_is_the_chain_plus_the_best_other_nodes():
     tree in its order; below the depth, the chain's first n nodes. torch == reference throughout."""
     generator = torch.Generator().manual_seed(3)
     for _ in range(40):
-        length, vocab = int(torch.randint(1, 9, (1,), generator=generator)), int(torch.randint(2, 40, (1,), generator=generator))
+        length, vocab = (int(torch.randint(low, high, (1,), generator=generator)) for low, high in ((1, 9), (2, 40)))
         logits = make_logits(2, length, vocab, "normal", generator) * torch.tensor([1.0, 5.0]).view(2, 1, 1)
         budget = int(torch.randint(0, 40, (1,), generator=generator))
         held = build_tree(logits, budget, hold_chain=True, impl="reference")

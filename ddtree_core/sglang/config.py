@@ -9,6 +9,9 @@ Server-wide, read from the environment (SGLang's spawned scheduler processes inh
     SGLANG_DDTREE_TOP_K              K, the drafter's candidates per depth, 1 .. budget, default the budget
                                      (the exact DDTree tree); a smaller K gives each node at most K
                                      children and cuts the top-K and build work
+    SGLANG_DDTREE_HOLD_CHAIN         1: every tree holds the drafter's rank-0 chain first, then the best
+                                     other nodes (ddtree_core.tree); a budget of at least the depth then
+                                     accepts at least what DFLASH would. 0 (default): the DDTree tree
 
 Per request, `sampling_params.custom_params` may lower them (never raise them: the verify width and
 the walk width are fixed when the server starts and its CUDA graphs are captured):
@@ -16,6 +19,7 @@ the walk width are fixed when the server starts and its CUDA graphs are captured
     ddtree_budget             0 .. the server budget; nodes past it are padding of the fixed width
     ddtree_max_depth          1 .. the server depth limit
     ddtree_draft_temperature  any finite value > 0
+    ddtree_hold_chain         true / false (either way, whatever the server default)
 
 Widths, all static for the life of the server:
 - tree_depth D = min(max_depth, budget): a tree of N nodes is at most N deep; a round emits <= D + 1
@@ -41,11 +45,13 @@ ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
 ENV_MAX_DEPTH = "SGLANG_DDTREE_MAX_DEPTH"
 ENV_DRAFT_TEMPERATURE = "SGLANG_DDTREE_DRAFT_TEMPERATURE"
 ENV_TOP_K = "SGLANG_DDTREE_TOP_K"
+ENV_HOLD_CHAIN = "SGLANG_DDTREE_HOLD_CHAIN"
 
 PARAM_BUDGET = "ddtree_budget"
 PARAM_MAX_DEPTH = "ddtree_max_depth"
 PARAM_DRAFT_TEMPERATURE = "ddtree_draft_temperature"
-REQUEST_PARAMS = (PARAM_BUDGET, PARAM_MAX_DEPTH, PARAM_DRAFT_TEMPERATURE)
+PARAM_HOLD_CHAIN = "ddtree_hold_chain"
+REQUEST_PARAMS = (PARAM_BUDGET, PARAM_MAX_DEPTH, PARAM_DRAFT_TEMPERATURE, PARAM_HOLD_CHAIN)
 _PARAM_PREFIX = "ddtree_"
 
 
@@ -62,6 +68,7 @@ class ServerSettings:
     max_depth: int  # depth limit, <= block_size - 1
     draft_temperature: float  # default drafter temperature of the tree scores
     draft_top_k: int = 0  # K per depth, 1 .. budget; 0: the budget
+    hold_chain: bool = False  # default for requests: trees hold the drafter's rank-0 chain first
 
     def __post_init__(self):
         if self.block_size < 2:
@@ -97,6 +104,7 @@ class ServerSettings:
             "ddtree_max_depth": self.max_depth,
             "ddtree_draft_temperature": self.draft_temperature,
             "ddtree_top_k": self.top_k,
+            "ddtree_hold_chain": self.hold_chain,
             "ddtree_tree_depth": self.tree_depth,
             "ddtree_verify_width": self.verify_width,
         }
@@ -111,6 +119,7 @@ class ServerSettings:
             max_depth=_env_int(environ, ENV_MAX_DEPTH, default_depth),
             draft_temperature=_env_float(environ, ENV_DRAFT_TEMPERATURE, 1.0),
             draft_top_k=_env_int(environ, ENV_TOP_K, 0),
+            hold_chain=_env_bool(environ, ENV_HOLD_CHAIN, False),
         )
 
 
@@ -121,10 +130,16 @@ class RequestSettings:
     budget: int  # 0 .. server budget
     max_depth: int  # 1 .. server tree depth
     draft_temperature: float  # > 0
+    hold_chain: bool = False
 
     @classmethod
     def defaults(cls, server: ServerSettings) -> RequestSettings:
-        return cls(budget=server.budget, max_depth=server.tree_depth, draft_temperature=server.draft_temperature)
+        return cls(
+            budget=server.budget,
+            max_depth=server.tree_depth,
+            draft_temperature=server.draft_temperature,
+            hold_chain=server.hold_chain,
+        )
 
     @classmethod
     def from_custom_params(cls, params: Mapping | None, server: ServerSettings) -> RequestSettings:
@@ -156,7 +171,15 @@ class RequestSettings:
                 f"{PARAM_MAX_DEPTH} below the server's {server.tree_depth} needs {ENV_TOP_K} >= {PARAM_BUDGET} "
                 f"({server.top_k} < {budget})"
             )
-        return cls(budget=budget, max_depth=min(max_depth, server.tree_depth), draft_temperature=float(temperature))
+        hold_chain = params.get(PARAM_HOLD_CHAIN, default.hold_chain)
+        if not isinstance(hold_chain, bool):
+            raise DDTreeConfigError(f"{PARAM_HOLD_CHAIN} must be true or false, got {hold_chain!r}")
+        return cls(
+            budget=budget,
+            max_depth=min(max_depth, server.tree_depth),
+            draft_temperature=float(temperature),
+            hold_chain=hold_chain,
+        )
 
 
 def request_error(params: Mapping | None, server: ServerSettings) -> str | None:
@@ -191,6 +214,17 @@ def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
         return float(raw)
     except ValueError:
         raise DDTreeConfigError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _env_bool(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise DDTreeConfigError(f"{name} must be 0 or 1, got {raw!r}")
 
 
 def _param_int(params: Mapping, name: str, default: int, low: int, high: int) -> int:

@@ -62,6 +62,7 @@ class DraftHead:
             budgets=torch.full((max_bs,), defaults.budget, dtype=torch.int64, device=device),
             max_depths=torch.full((max_bs,), defaults.max_depth, dtype=torch.int64, device=device),
             draft_temperatures=torch.full((max_bs,), defaults.draft_temperature, dtype=torch.float32, device=device),
+            hold_chains=torch.full((max_bs,), defaults.hold_chain, dtype=torch.bool, device=device),
         )
         self._loaded: list[RequestSettings] = [defaults] * max_bs  # what the limit buffers hold, per row
         self._device = torch.device(device)

@@ -46,6 +46,7 @@ class RequestLimits:
     budgets: torch.Tensor  # [B] int64, 0 .. server budget
     max_depths: torch.Tensor  # [B] int64, 1 .. server tree depth
     draft_temperatures: torch.Tensor  # [B] float32, > 0
+    hold_chains: torch.Tensor  # [B] bool, trees that hold the drafter's chain
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def staged_limits(settings: Sequence[RequestSettings], *, pin: bool) -> RequestL
         budgets=column([s.budget for s in settings], torch.int64),
         max_depths=column([s.max_depth for s in settings], torch.int64),
         draft_temperatures=column([s.draft_temperature for s in settings], torch.float32),
+        hold_chains=column([s.hold_chain for s in settings], torch.bool),
     )
 
 
@@ -117,12 +119,18 @@ def draft_tree(
     if limits is None:
         topk = draft_topk(draft_logits, k, draft_temperature=server.draft_temperature, impl=impl)
         budget: int | torch.Tensor = server.budget
+        hold_chain: bool | torch.Tensor = server.hold_chain
     else:
         scaled = draft_logits.float() / limits.draft_temperatures.view(-1, 1, 1)
         topk = _limit_depths(draft_topk(scaled, k, draft_temperature=1.0, impl=impl), limits.max_depths)
-        budget = limits.budgets
+        budget, hold_chain = limits.budgets, limits.hold_chains
     tree = build_tree_from_topk(
-        topk, budget, max_depth=server.tree_depth, max_budget=server.verify_width - 1, impl=impl
+        topk,
+        budget,
+        max_depth=server.tree_depth,
+        max_budget=server.verify_width - 1,
+        hold_chain=hold_chain,
+        impl=impl,
     )
     return topk, tree
 
