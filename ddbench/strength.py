@@ -92,22 +92,11 @@ def mixed(trajectory: Trajectory, p: int, alpha: float) -> torch.Tensor:
     return out
 
 
-def chain_union_matches(log_probs: torch.Tensor, budget: int, truth: list[int]) -> int:
-    """Matches of a budget-node tree that holds DFlash's whole chain: the chain's L nodes plus the first N'
-    nodes of the best-first tree (pop order), N' as large as the union of the two fits the budget. Both are
-    closed under ancestors, so the union is a tree and its deepest match is the larger of theirs."""
-    length = log_probs.shape[0]
-    tree = build_tree(log_probs[None], budget, max_depth=length, impl="torch")
-    parents, ranks, tokens = tree.parents[0].tolist(), tree.ranks[0].tolist(), tree.token_ids[0].tolist()
-    on_chain, in_union, keep = [True], length, 0
-    for node in range(1, int(tree.num_nodes[0]) + 1):
-        on_chain.append(on_chain[parents[node]] and ranks[node] == 0)
-        in_union += not on_chain[node]
-        if in_union > budget:
-            break
-        keep = node
-    tree_matches = round_matches(parents[: keep + 1], tokens[:keep], truth)
-    return max(chain_matches(log_probs, truth), tree_matches)
+def tree_matches(log_probs: torch.Tensor, budget: int, truth: list[int], *, hold_chain: bool = False) -> int:
+    """Matches of the round's budget-node tree (hold_chain: the tree that holds DFlash's chain first,
+    ddtree_core.tree, so with budget >= L it matches at least what the chain does)."""
+    tree = build_tree(log_probs[None], budget, max_depth=log_probs.shape[0], hold_chain=hold_chain, impl="torch")
+    return round_matches(tree.parents[0].tolist(), tree.token_ids[0].tolist(), truth)
 
 
 def simulate(trajectory: Trajectory, alpha: float, budget: int | None, *, with_chain: bool = False) -> list[int]:
@@ -119,11 +108,8 @@ def simulate(trajectory: Trajectory, alpha: float, budget: int | None, *, with_c
         truth = ids[p + 1 : p + 1 + log_probs.shape[0]]
         if budget is None:
             matches = chain_matches(log_probs, truth)
-        elif with_chain:
-            matches = chain_union_matches(log_probs, budget, truth)
         else:
-            tree = build_tree(log_probs[None], budget, max_depth=log_probs.shape[0], impl="torch")
-            matches = round_matches(tree.parents[0].tolist(), tree.token_ids[0].tolist(), truth)
+            matches = tree_matches(log_probs, budget, truth, hold_chain=with_chain)
         tau = min(matches + 1, end - p)
         taus.append(tau)
         p += tau

@@ -72,14 +72,18 @@ def test_gain_at_interpolates_in_dflash_tau():
     assert derived["source"].startswith("S. DDTree tau DERIVED")
 
 
-def test_chain_union_holds_the_chain_and_the_best_first_tree():
+def test_held_tree_holds_the_chain_and_the_best_first_tree():
     # three positions; the chain is 1, 1, 1 (argmax), token 2 a strong second at every depth
     log_probs = torch.log_softmax(torch.tensor([[0.0, 3.0, 2.9, 0.0]] * 3), dim=-1)
-    assert strength.chain_union_matches(log_probs, 3, [1, 1, 1]) == 3  # budget = L: the chain alone
-    assert strength.chain_union_matches(log_probs, 3, [2, 2, 2]) == 0
+
+    def held(budget, truth):
+        return strength.tree_matches(log_probs, budget, truth, hold_chain=True)
+
+    assert held(3, [1, 1, 1]) == 3  # budget = L: the chain alone
+    assert held(3, [2, 2, 2]) == 0
     # with room for more, the best-first nodes join: 2 at depth 1 is the best node off the chain
-    assert strength.chain_union_matches(log_probs, 4, [2, 1, 1]) == 1
-    assert strength.chain_union_matches(log_probs, 4, [1, 1, 1]) == 3
+    assert held(4, [2, 1, 1]) == 1
+    assert held(4, [1, 1, 1]) == 3
     # a plain best-first tree of 3 nodes misses the chain's depth 3, which the union keeps
     plain = strength.build_tree(log_probs[None], 3, max_depth=3, impl="torch")
     assert strength.round_matches(plain.parents[0].tolist(), plain.token_ids[0].tolist(), [1, 1, 1]) < 3
