@@ -14,6 +14,7 @@ every budget on the same prompt ids; MT-Bench's turn 2 carries the *last* method
       "cells": [
         {"dataset": str, "method": "ar" | "dflash" | "ddtree",
          "budget": int | null, "max_depth": int | null, "draft_temperature": float | null,
+         "hold_chain": bool | null,               # false for ddtree (absent in older files: false)
          "temperature": float,
          "responses": [
            {"prompt_index": int, "turn": int,     # prompt of the dataset subset, 0-based turn
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddbench.config import DDBenchError
+from ddbench.config import DDBenchError, ddtree_hold_chain
 from ddbench.results import prompt_hash, write_json
 from ddtree_core import metrics
 
@@ -65,6 +66,7 @@ class OfflineCell:
     budget: int | None
     max_depth: int | None
     draft_temperature: float | None
+    hold_chain: bool | None  # False for ddtree (the harness holds no chain), None for ar and dflash
     temperature: float
     responses: tuple[OfflineResponse, ...]
     acceptance_length: float | None
@@ -76,8 +78,8 @@ class OfflineCell:
 
     @property
     def key(self) -> tuple:
-        cell = (self.dataset, self.method, self.budget, self.max_depth, self.draft_temperature, self.temperature)
-        return (*cell, None)
+        setting = (self.method, self.budget, self.max_depth, self.draft_temperature, self.hold_chain)
+        return (self.dataset, *setting, self.temperature, None)
 
 
 def build_cells(raw: Sequence[dict[str, Any]], block_size: int | None) -> list[OfflineCell]:
@@ -98,6 +100,7 @@ def _cell(raw: dict[str, Any], ar: Sequence[OfflineResponse] | None, block_size:
     per_depth = metrics.depth_acceptance(taus, depth) if depth > 0 else ()
     return OfflineCell(
         **{name: raw[name] for name in ("dataset", "method", "budget", "max_depth", "draft_temperature")},
+        hold_chain=ddtree_hold_chain(raw["method"], raw.get("hold_chain")),
         temperature=float(raw["temperature"]),
         responses=responses,
         acceptance_length=_number(metrics.acceptance_length(taus)),
@@ -192,6 +195,7 @@ def _pt_cell(key: str, responses: list[OfflineResponse], args: dict[str, Any]) -
         "budget": budget,
         "max_depth": None,
         "draft_temperature": 1.0 if method == "ddtree" else None,
+        "hold_chain": False if method == "ddtree" else None,
         "temperature": float(args["temperature"]),
         "responses": responses,
     }
@@ -293,6 +297,7 @@ def _document_cells(specs, runs, temperature: float, prompts: dict[str, list]) -
                     "budget": spec.budget if ddtree else None,
                     "max_depth": spec.max_depth if ddtree else None,
                     "draft_temperature": spec.draft_temperature if ddtree else None,
+                    "hold_chain": spec.hold_chain if ddtree else None,
                     "temperature": temperature,
                     "responses": [response for name, response in runs[id(spec)] if name == dataset],
                 }

@@ -62,6 +62,9 @@ def sweep(
         Csv, typer.Option(help="DDTree depth limits, comma list; 'auto' = block size - 1 (default: auto).")
     ] = None,
     draft_temperatures: Annotated[Csv, typer.Option(help="DDTree draft temperatures, comma list (default: 1).")] = None,
+    hold_chain: Annotated[
+        Csv, typer.Option(help="DDTree trees holding the drafter's rank-0 chain first: 0, 1 or 0,1 (default: 0).")
+    ] = None,
     temperatures: Annotated[
         Csv, typer.Option(help="Sampling temperatures, comma list; 0 = greedy (default: 0).")
     ] = None,
@@ -114,12 +117,14 @@ def sweep(
         float | None, typer.Option(help="Seconds a server may take to become healthy (default: 900).")
     ] = None,
 ) -> None:
-    """Measure AR, DFLASH and DDTree cells (budget x depth x draft temperature) per dataset, temperature, load."""
+    """Measure AR, DFLASH and DDTree cells (budget x depth x draft temperature x held chain) per dataset,
+    temperature, load."""
     from ddbench.runner import run_sweep
 
     flags = dict(
         engine=engine, model=model, draft=draft, methods=methods, budgets=budgets, depths=depths,
-        draft_temperatures=draft_temperatures, temperatures=temperatures, concurrency=concurrency,
+        draft_temperatures=draft_temperatures, hold_chain=hold_chain, temperatures=temperatures,
+        concurrency=concurrency,
         datasets=datasets, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
         gpus=gpus, tp=tp, workers=workers, out=out, stream=stream, restart_per_budget=restart_per_budget,
         server_args=server_arg or None, top_p=top_p, top_k=top_k, startup_timeout_s=startup_timeout,

@@ -2,7 +2,8 @@
 
 Requests carry token ids (`input_ids`), so every engine sees exactly the same prompt. Per-request
 DDTree settings travel in `sampling_params.custom_params` (ddtree_budget, ddtree_max_depth,
-ddtree_draft_temperature). With `stream=True` the server sends server-sent events
+ddtree_draft_temperature, and `"ddtree_hold_chain": true` for held cells only, so servers without the
+knob serve the others). With `stream=True` the server sends server-sent events
 (`data: {...}` ... `data: [DONE]`); the client then records time to first token and the gaps between
 chunks. SGLang's chunks carry cumulative `output_ids` unless started with --stream-output, which
 makes them incremental; `Completion` keeps whichever reading matches `meta_info.completion_tokens`.
@@ -57,6 +58,8 @@ def sampling_params(cell: Cell, config: SweepConfig) -> dict[str, Any]:
         custom = {"ddtree_budget": cell.budget, "ddtree_draft_temperature": cell.draft_temperature}
         if cell.max_depth is not None:
             custom["ddtree_max_depth"] = cell.max_depth
+        if cell.hold_chain:
+            custom["ddtree_hold_chain"] = True
         params["custom_params"] = custom
     return params
 

@@ -15,9 +15,10 @@ Speedups follow each source's convention: ddbench's is throughput over AR's at t
 and queueing included), the offline harnesses' is AR's over the method's time per output token
 (prefill excluded); use --no-speed when the two differ or the machines do.
 
-Cells match on dataset, method, budget, depth limit, draft temperature and temperature, plus
-concurrency where the baseline has one. Deltas are results minus baseline. Acceptance compares the
-pooled tau when both sides have it, else the per-response mean (what offline harnesses print).
+Cells match on dataset, method, budget, depth limit, draft temperature, held chain (absent from
+older results and baselines: not held) and temperature, plus concurrency where the baseline has one.
+Deltas are results minus baseline. Acceptance compares the pooled tau when both sides have it, else
+the per-response mean (what offline harnesses print).
 Requests match on the hash of the prompt's token ids; `match` is the fraction of matched requests
 with identical output ids and `first_div` the earliest divergences (p<prompt>t<turn>@<token index>).
 `tau equal` is the pooled acceptance of both sides over the requests whose outputs are identical: two
@@ -168,7 +169,7 @@ def parse_zlab_text(text: str, *, dataset: str | None, temperature: float) -> Si
         histogram = tuple(shares[1:])  # z-lab index b = accept length b; ours i = tau - 1
     concurrency = int(found["concurrency"].group(1)) if found["concurrency"] else None
     return Side(
-        key=(dataset, "dflash", None, None, None, temperature, concurrency),
+        key=(dataset, "dflash", None, None, None, None, temperature, concurrency),
         acceptance_length=None,
         acceptance_length_per_response=float(found["per_response"].group(1)),
         accept_histogram=histogram,
@@ -181,12 +182,12 @@ def parse_zlab_text(text: str, *, dataset: str | None, temperature: float) -> Si
 
 
 def match_cells(ours: Sequence[Side], baseline: Sequence[Side]) -> list[tuple[Side, Side]]:
-    """Pairs (ours, baseline) whose keys agree; a baseline concurrency of None matches any."""
+    """Pairs (ours, baseline) whose keys agree; a baseline concurrency (the key's last field) of None matches any."""
     pairs = []
     for theirs in baseline:
         for side in ours:
-            same = side.key[:6] == theirs.key[:6]
-            if same and (theirs.key[6] is None or theirs.key[6] == side.key[6]):
+            same = side.key[:-1] == theirs.key[:-1]
+            if same and (theirs.key[-1] is None or theirs.key[-1] == side.key[-1]):
                 pairs.append((side, theirs))
     return pairs
 
@@ -293,8 +294,8 @@ def compare(results_path: str | Path, baseline: Sequence[Side], tolerances: Tole
 
 
 def _key_label(key: tuple) -> str:
-    dataset, method, budget, depth, draft_temperature, temperature, concurrency = key
-    label = method.upper() if method != "ddtree" else f"DDTree b{budget}"
+    dataset, method, budget, depth, draft_temperature, hold_chain, temperature, concurrency = key
+    label = method.upper() if method != "ddtree" else f"DDTree b{budget}" + ("+chain" if hold_chain else "")
     if depth is not None:
         label += f" d{depth}"
     if draft_temperature not in (None, 1.0):

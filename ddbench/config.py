@@ -51,6 +51,7 @@ class SweepConfig:
     budgets: tuple[int, ...] = (16, 32, 64, 128)  # DDTree node budgets (non-root nodes)
     depths: tuple[int | None, ...] = (None,)  # DDTree depth limits; None = drafter block size - 1
     draft_temperatures: tuple[float, ...] = (1.0,)
+    hold_chain: tuple[bool, ...] = (False,)  # DDTree: plain trees (False), trees holding the rank-0 chain (True)
     temperatures: tuple[float, ...] = (0.0,)
     concurrency: tuple[int, ...] = (1,)
     datasets: tuple[str, ...] = ("gsm8k",)  # builtin names or JSONL paths
@@ -88,14 +89,19 @@ class Cell:
     draft_temperature: float | None  # DDTree draft temperature; None for ar and dflash
     temperature: float
     concurrency: int
+    hold_chain: bool | None = None  # DDTree: trees hold the rank-0 chain first; None for ar and dflash
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hold_chain", ddtree_hold_chain(self.method, self.hold_chain))
 
     @property
     def cell_id(self) -> str:
-        """A file-name-safe id, stable across runs: gsm8k__ddtree-b64-d7-dt1__t0__c1."""
+        """A file-name-safe id, stable across runs: gsm8k__ddtree-b64-d7-dt1__t0__c1 (held: ...-dt1-chain__...)."""
         setting = self.method
         if self.method == "ddtree":
             depth = "auto" if self.max_depth is None else str(self.max_depth)
             setting += f"-b{self.budget}-d{depth}-dt{_num(self.draft_temperature)}"
+            setting += "-chain" if self.hold_chain else ""
         dataset = re.sub(r"[^A-Za-z0-9._-]+", "_", self.dataset)
         return f"{dataset}__{setting}__t{_num(self.temperature)}__c{self.concurrency}"
 
@@ -108,6 +114,7 @@ class Cell:
             self.budget,
             self.max_depth,
             self.draft_temperature,
+            self.hold_chain,
             self.temperature,
             self.concurrency,
         )
@@ -118,6 +125,18 @@ class Cell:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Cell:
         return cls(**{f.name: data.get(f.name) for f in dataclasses.fields(cls)})
+
+
+def ddtree_hold_chain(method: str, hold_chain: bool | None) -> bool | None:
+    """The hold_chain of a `method` setting: a bool for ddtree, where None (results written before the knob)
+    reads as False; None for ar and dflash."""
+    if hold_chain is not None and not isinstance(hold_chain, bool):
+        raise ValueError(f"hold_chain must be a bool or None, got {hold_chain!r}")
+    if method != "ddtree":
+        if hold_chain:
+            raise ValueError(f"hold_chain is a DDTree setting, not one of {method}")
+        return None
+    return bool(hold_chain)
 
 
 def _num(value: float | None) -> str:
@@ -143,15 +162,17 @@ def expand_cells(config: SweepConfig) -> list[Cell]:
                 for budget in config.budgets:
                     for depth in config.depths:
                         for draft_temperature in config.draft_temperatures:
-                            cells.append(
-                                Cell(
-                                    method="ddtree",
-                                    budget=budget,
-                                    max_depth=depth,
-                                    draft_temperature=draft_temperature,
-                                    **common,
+                            for hold_chain in config.hold_chain:
+                                cells.append(
+                                    Cell(
+                                        method="ddtree",
+                                        budget=budget,
+                                        max_depth=depth,
+                                        draft_temperature=draft_temperature,
+                                        hold_chain=hold_chain,
+                                        **common,
+                                    )
                                 )
-                            )
     return cells
 
 
@@ -202,6 +223,8 @@ def _coerce(key: str, value: Any) -> Any:
         return tuple(int(item) for item in as_list(value))
     if key in ("draft_temperatures", "temperatures"):
         return tuple(float(item) for item in as_list(value))
+    if key == "hold_chain":
+        return tuple(_flag(item) for item in as_list(value))
     if key == "server_args":
         return tuple(shlex.split(value) if isinstance(value, str) else (str(item) for item in value))
     if key in ("datasets", "methods"):
@@ -216,6 +239,14 @@ def as_list(value: Any) -> list:
     if isinstance(value, (list, tuple)):
         return list(value)
     return [value]
+
+
+def _flag(item: Any) -> bool:
+    """0 / 1 (or false / true) of a flag list or a TOML list, as a bool."""
+    text = str(item).strip().lower()
+    if text not in ("0", "1", "false", "true"):
+        raise ValueError(f"hold_chain takes 0 or 1 (false or true), got {item!r}")
+    return text in ("1", "true")
 
 
 def parse_gpus(value: Any) -> tuple[int, ...]:
@@ -244,6 +275,8 @@ def _validate(config: SweepConfig) -> None:
         raise ValueError(f"depths must be >= 1, got {list(config.depths)}")
     if not config.draft_temperatures or any(t <= 0 for t in config.draft_temperatures):
         raise ValueError(f"draft temperatures must be > 0, got {list(config.draft_temperatures)}")
+    if not config.hold_chain or not all(isinstance(held, bool) for held in config.hold_chain):
+        raise ValueError(f"hold_chain must list 0 or 1, got {list(config.hold_chain)}")
     if not config.temperatures or any(t < 0 for t in config.temperatures):
         raise ValueError(f"temperatures must be >= 0, got {list(config.temperatures)}")
     if not config.concurrency or any(c < 1 for c in config.concurrency):

@@ -8,7 +8,7 @@
 - depth_acceptance.png: P(accept depth d | reached d - 1) per method setting;
 - cost.png (`plot_cost`, a `ddbench cost` folder): verify time vs tree width per batch size, with floors.
 
-DDTree lines are drawn per (temperature, concurrency, depth limit, draft temperature) series.
+DDTree lines are drawn per (temperature, concurrency, depth limit, draft temperature, held chain) series.
 """
 
 from __future__ import annotations
@@ -74,11 +74,15 @@ def _series(row: CellSummary) -> str:
 
 def _versus_budget(ax, rows: Sequence[CellSummary], field: str, label: str, star: bool = False) -> bool:
     trees = [row for row in rows if row.method == "ddtree" and getattr(row, field) is not None]
-    series = list(dict.fromkeys(_series(row) for row in trees))
-    for index, name in enumerate(series):
-        points = sorted((row.budget, getattr(row, field)) for row in trees if _series(row) == name)
+    tree_series = lambda row: (_series(row), bool(row.hold_chain))  # noqa: E731
+    with_baselines = set()  # AR and DFLASH lines once per series name, in the colour of its first DDTree line
+    for index, (name, held) in enumerate(dict.fromkeys(map(tree_series, trees))):
+        points = sorted((row.budget, getattr(row, field)) for row in trees if tree_series(row) == (name, held))
         color = f"C{index}"
-        ax.plot(*zip(*points), marker="o", color=color, label=f"DDTree {name}")
+        ax.plot(*zip(*points), marker="o", color=color, label=f"DDTree{'+chain' if held else ''} {name}")
+        if name in with_baselines:
+            continue
+        with_baselines.add(name)
         for row in rows:
             if row.method in ("ar", "dflash") and getattr(row, field) is not None and _series(row) == name:
                 style = "--" if row.method == "dflash" else ":"
@@ -145,7 +149,8 @@ def _draw_latency(results: Sequence[CellResult], path: Path) -> bool:
             latencies = np.sort([record.latency_s for record in result.records])
             shares = np.arange(1, len(latencies) + 1) / len(latencies)
             cell = result.cell
-            label = f"{cell.method} b{cell.budget} T={cell.temperature:g} c={cell.concurrency}"
+            chain = "+chain" if cell.hold_chain else ""
+            label = f"{cell.method} b{cell.budget}{chain} T={cell.temperature:g} c={cell.concurrency}"
             ax.step(latencies, shares, where="post", label=label.replace(" bNone", ""))
         ax.set_title(dataset)
         ax.set_xlabel("request latency (s)")

@@ -12,9 +12,10 @@ Inputs:
   measured value outside the grid (a note says where); without --kernels the tree round costs 0 (a note);
 - acceptance tau (bonus included) per dataset for DFLASH and per DDTree budget: a JSON file
   ({"source": ..., "datasets": {name: {"dflash": tau, "ddtree": {"16": tau, ...}}}}), or a ddbench results
-  folder (pooled acceptance_length at one temperature, the lowest concurrency measured, default depth and
-  draft temperature 1), or a file whose empty "ddtree" tables are DERIVED as its DFlash tau x the relative
-  gain tau(N) / tau(DFlash) measured in a results folder (--ddtree-gain-from), capped at the block size.
+  folder (pooled acceptance_length at one temperature, the lowest concurrency measured, default depth,
+  draft temperature 1, no held chain), or a file whose empty "ddtree" tables are DERIVED as its DFlash tau
+  x the relative gain tau(N) / tau(DFlash) measured in a results folder (--ddtree-gain-from), capped at the
+  block size.
 
 Scaling rule: a cost cell (B, T) measured in t ms on the source GPU takes t x floor_target / floor_source on
 the target, floor = max(bytes / bandwidth, FLOPs / peak) of that cell (cost_bench.floors: weights + KV cache
@@ -219,8 +220,8 @@ def load_acceptance(path: Path) -> Acceptance:
 
 
 def measured_acceptance(results: Path, temperature: float) -> Acceptance:
-    """Pooled tau of a results folder's DFLASH and DDTree cells (default depth, draft temperature 1) at
-    `temperature`, from the lowest concurrency each setting was measured at."""
+    """Pooled tau of a results folder's DFLASH and DDTree cells (default depth, draft temperature 1, no held
+    chain) at `temperature`, from the lowest concurrency each setting was measured at."""
     from ddbench.report import summarize
     from ddbench.results import find_run_folder, load_cells
 
@@ -228,7 +229,7 @@ def measured_acceptance(results: Path, temperature: float) -> Acceptance:
         row for row in summarize(load_cells(find_run_folder(results)))
         if row.status == "done" and row.acceptance_length is not None and math.isclose(row.temperature, temperature)
         and (row.method == "dflash" or (row.method == "ddtree" and row.max_depth is None
-                                         and row.draft_temperature == 1.0))
+                                         and row.draft_temperature == 1.0 and not row.hold_chain))
     ]  # fmt: skip
     rows.sort(key=lambda row: row.concurrency)
     dflash, ddtree = {}, {}

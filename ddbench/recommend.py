@@ -1,9 +1,9 @@
 """`ddbench recommend`: which method and DDTree setting to serve at each load, and how to apply it.
 
 For each (temperature, concurrency) of a sweep, the metric (tokens_per_s or speedup_vs_ar) of every
-candidate setting (AR, DFLASH, each DDTree budget x depth x draft temperature) is pooled over the
-selected datasets, the best DDTree setting is found, and it is recommended only when it beats DFLASH
-and AR (the project's rule: never slower than DFlash); otherwise the faster of DFLASH and AR is.
+candidate setting (AR, DFLASH, each DDTree budget x depth x draft temperature x held chain) is pooled
+over the selected datasets, the best DDTree setting is found, and it is recommended only when it beats
+DFLASH and AR (the project's rule: never slower than DFlash); otherwise the faster of DFLASH and AR is.
 
 Pooling: the candidates are the settings with a finished cell there; a candidate's value is the mean
 of the metric over the selected datasets on which every candidate has a finished cell, so all are
@@ -14,9 +14,11 @@ dataset is refused at that temperature and concurrency (parity is measured at te
 Applying it (`deploy`): one DDTree server started with the largest budget any band needs
 (SGLANG_DDTREE_BUDGET; it fixes the verify width max(budget + 1, block size) and the CUDA graphs),
 and per concurrency band the `custom_params` that lower budget, depth or draft temperature per
-request. A DDTree server cannot run linear DFlash or plain decoding, so bands where DFLASH or AR
-win need their own server. `Measurement` reads from the manifest how the DDTree cells were served,
-which says whether the measured numbers hold on such a shared server.
+request. Trees that hold the drafter's chain (`+chain`) are server-wide (SGLANG_DDTREE_HOLD_CHAIN=1)
+when every DDTree band holds it, else asked per request (`"ddtree_hold_chain": true`). A DDTree
+server cannot run linear DFlash or plain decoding, so bands where DFLASH or AR win need their own
+server. `Measurement` reads from the manifest how the DDTree cells were served, which says whether
+the measured numbers hold on such a shared server.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from rich.table import Table
 
 from ddbench.config import DDBenchError
 from ddbench.report import CellSummary
-from ddtree_core.sglang.config import ENV_BUDGET, ENV_DRAFT_TEMPERATURE, ENV_MAX_DEPTH
+from ddtree_core.sglang.config import ENV_BUDGET, ENV_DRAFT_TEMPERATURE, ENV_HOLD_CHAIN, ENV_MAX_DEPTH
 
 METRICS = ("tokens_per_s", "speedup_vs_ar")
 
@@ -47,19 +49,21 @@ class Setting:
     budget: int | None = None  # ddtree only
     max_depth: int | None = None  # ddtree only; None: the drafter's block size - 1
     draft_temperature: float | None = None  # ddtree only
+    hold_chain: bool = False  # ddtree only: trees hold the drafter's rank-0 chain first
 
     @classmethod
     def of(cls, row: CellSummary) -> Setting:
         if row.method != "ddtree":
             return cls(row.method)
-        return cls("ddtree", row.budget, row.max_depth, row.draft_temperature)
+        return cls("ddtree", row.budget, row.max_depth, row.draft_temperature, bool(row.hold_chain))
 
     @property
     def label(self) -> str:
-        """AR, DFLASH, DDTree b64, DDTree b64 d7 dt0.6."""
+        """AR, DFLASH, DDTree b64, DDTree b64 d7 dt0.6, DDTree b31+chain."""
         if self.method != "ddtree":
             return self.method.upper()
-        parts = [f"b{self.budget}"] + ([f"d{self.max_depth}"] if self.max_depth is not None else [])
+        budget = f"b{self.budget}" + ("+chain" if self.hold_chain else "")
+        parts = [budget] + ([f"d{self.max_depth}"] if self.max_depth is not None else [])
         parts += [f"dt{self.draft_temperature:g}"] if self.draft_temperature not in (None, 1.0) else []
         return "DDTree " + " ".join(parts)
 
@@ -153,7 +157,7 @@ def choose(rows: Sequence[CellSummary], metric: str, min_parity: float | None) -
         return Choice(first.temperature, first.concurrency, None, None, None, None, None, None, (), tuple(notes))
     pooled = {setting: mean(by_name[name] for name in common) for setting, by_name in values.items()}
     ddtree = [setting for setting in pooled if setting.method == "ddtree"]
-    best = max(ddtree, key=lambda s: (pooled[s], -s.budget, -(s.max_depth or math.inf)), default=None)
+    best = max(ddtree, key=lambda s: (pooled[s], -s.budget, -(s.max_depth or math.inf), not s.hold_chain), default=None)
     baselines = {setting: pooled[setting] for setting in (DFLASH, AR) if setting in pooled}
     measured = {Setting.of(row) for row in rows if row.status == "done" and getattr(row, metric) is not None}
     if DFLASH not in measured:  # refused by parity is another matter: then DFLASH is no option
@@ -271,15 +275,18 @@ def deploy(recommendation: Recommendation, measurement: Measurement) -> Deployme
     """One DDTree server sized for the largest band, per-band custom_params, other servers, the caveat."""
     ddtree = [c.chosen for c in recommendation.choices if c.chosen is not None and c.chosen.method == "ddtree"]
     if not ddtree:
-        env, server_depth, server_dt = {}, None, None
+        env, server = {}, None
     else:
         depths = {s.max_depth for s in ddtree}
         server_depth = None if None in depths else max(depths)  # None: the block size - 1
         temperatures = {s.draft_temperature for s in ddtree}
         server_dt = temperatures.pop() if len(temperatures) == 1 else 1.0
-        env = {ENV_BUDGET: str(max(s.budget for s in ddtree))}
+        server_held = all(s.hold_chain for s in ddtree)
+        server = Setting("ddtree", max(s.budget for s in ddtree), server_depth, server_dt, server_held)
+        env = {ENV_BUDGET: str(server.budget)}
         env.update({ENV_MAX_DEPTH: str(server_depth)} if server_depth is not None else {})
         env.update({ENV_DRAFT_TEMPERATURE: f"{server_dt:g}"} if server_dt != 1.0 else {})
+        env.update({ENV_HOLD_CHAIN: "1"} if server_held else {})
     bands = []
     for choice in recommendation.choices:
         last = bands[-1] if bands else None
@@ -288,21 +295,24 @@ def deploy(recommendation: Recommendation, measurement: Measurement) -> Deployme
                 last.temperature, last.concurrencies + (choice.concurrency,), last.setting, last.custom_params
             )
         else:
-            params = _custom_params(choice.chosen, server_depth, server_dt)
+            params = _custom_params(choice.chosen, server)
             bands.append(Band(choice.temperature, (choice.concurrency,), choice.chosen, params))
     others = {s.label: _launch(measurement, s) for s in (DFLASH, AR) if any(b.setting == s for b in bands)}
     command = _launch(measurement, Setting("ddtree"), env) if env else None
     return Deployment(env, command, tuple(bands), others, _caveat(measurement, ddtree))
 
 
-def _custom_params(setting: Setting | None, server_depth: int | None, server_dt: float | None) -> dict | None:
+def _custom_params(setting: Setting | None, server: Setting | None) -> dict | None:
+    """A DDTree band's custom_params on the DDTree server `server` (its launch settings); None otherwise."""
     if setting is None or setting.method != "ddtree":
         return None
     params: dict[str, Any] = {"ddtree_budget": setting.budget}
-    if setting.max_depth is not None and setting.max_depth != server_depth:
+    if setting.max_depth is not None and setting.max_depth != server.max_depth:
         params["ddtree_max_depth"] = setting.max_depth
-    if setting.draft_temperature != server_dt:
+    if setting.draft_temperature != server.draft_temperature:
         params["ddtree_draft_temperature"] = setting.draft_temperature
+    if setting.hold_chain and not server.hold_chain:
+        params["ddtree_hold_chain"] = True
     return params
 
 

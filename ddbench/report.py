@@ -30,7 +30,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ddbench.config import Cell, DDBenchError
+from ddbench.config import Cell, DDBenchError, ddtree_hold_chain
 from ddbench.results import CellResult, RequestRecord, RunFolder, write_atomic
 from ddtree_core import metrics
 
@@ -44,6 +44,7 @@ class CellSummary:
     budget: int | None
     max_depth: int | None
     draft_temperature: float | None
+    hold_chain: bool | None  # DDTree: trees held the drafter's rank-0 chain first; None for ar and dflash
     temperature: float
     concurrency: int
     status: str  # done | failed | pending
@@ -65,6 +66,9 @@ class CellSummary:
     depth_acceptance: tuple[float | None, ...]  # index d - 1 = depth d; None where undefined
     error: str | None
     cell_id: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hold_chain", ddtree_hold_chain(self.method, self.hold_chain))
 
     @property
     def cell(self) -> Cell:
@@ -165,7 +169,7 @@ def round_depth(cell: Cell, deepest_accepted: int, block_size: int | None) -> in
 
 
 def _ar_counterpart(done: dict[tuple, CellResult], cell: Cell) -> CellResult | None:
-    key = (cell.dataset, "ar", None, None, None, cell.temperature, cell.concurrency)
+    key = (cell.dataset, "ar", None, None, None, None, cell.temperature, cell.concurrency)
     return done.get(key)
 
 
@@ -235,11 +239,13 @@ def write_summary(folder: RunFolder, results: Sequence[CellResult]) -> list[Cell
 
 
 def read_summary(path) -> list[CellSummary]:
-    """summary.csv back into CellSummary rows (raises DDBenchError on a malformed file)."""
+    """summary.csv back into CellSummary rows (raises DDBenchError on a malformed file); a file written
+    before the hold_chain column reads as no chain held."""
     types = {f.name: f.type for f in fields(CellSummary)}
     try:
         with open(path, newline="") as stream:
-            return [CellSummary(**{k: _parse(types[k], v) for k, v in row.items()}) for row in csv.DictReader(stream)]
+            rows = [{"hold_chain": "", **row} for row in csv.DictReader(stream)]
+        return [CellSummary(**{k: _parse(types[k], v) for k, v in row.items()}) for row in rows]
     except (KeyError, TypeError, ValueError) as error:
         raise DDBenchError(f"{path}: malformed summary ({error})") from error
 
@@ -249,6 +255,8 @@ def _parse(type_name: str, text: str):
         return () if type_name.startswith("tuple") else None
     if type_name.startswith("tuple"):
         return tuple(json.loads(text))
+    if type_name.startswith("bool"):
+        return {"True": True, "False": False}[text]
     if type_name.startswith("int"):
         return int(text)
     if type_name.startswith("float"):
@@ -265,12 +273,13 @@ def _fmt(value, digits: int = 2) -> str:
 
 
 def setting(row: CellSummary) -> str:
-    """A short label of a cell's method setting: AR, DFLASH, DDTree b64 (d7, dt0.6)."""
+    """A short label of a cell's method setting: AR, DFLASH, DDTree b64 (d7, dt0.6), DDTree b31+chain."""
     if row.method != "ddtree":
         return row.method.upper()
     extras = [f"d{row.max_depth}"] if row.max_depth is not None else []
     extras += [f"dt{row.draft_temperature:g}"] if row.draft_temperature not in (None, 1.0) else []
-    return f"DDTree b{row.budget}" + (f" ({', '.join(extras)})" if extras else "")
+    chain = "+chain" if row.hold_chain else ""
+    return f"DDTree b{row.budget}{chain}" + (f" ({', '.join(extras)})" if extras else "")
 
 
 TABLE_COLUMNS = (

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddbench.config import Cell, DDBenchError
+from ddbench.config import Cell, DDBenchError, ddtree_hold_chain
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,10 @@ class RequestRecord:
     itl_s: tuple[float, ...]  # gaps between streamed chunks (streaming only; a chunk may hold several tokens)
     start_s: float  # request start, seconds after the cell started
     meta_info: dict[str, Any]  # the server's meta_info: spec_* fields and DDTree extras
+    hold_chain: bool | None = None  # DDTree: trees held the rank-0 chain first (False if absent); None: ar, dflash
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hold_chain", ddtree_hold_chain(self.method, self.hold_chain))
 
     @property
     def cell(self) -> Cell:
@@ -69,10 +73,10 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = names - set(data)
+        missing = names - set(data) - {"hold_chain"}  # records written before the knob: no chain held
         if missing:
             raise ValueError(f"request record lacks {', '.join(sorted(missing))}")
-        values = {name: data[name] for name in names}
+        values = {name: data.get(name) for name in names}
         values["output_ids"] = tuple(int(token) for token in data["output_ids"])
         values["itl_s"] = tuple(float(gap) for gap in data["itl_s"])
         return cls(**values)

@@ -2,6 +2,7 @@
 with a perfect proposer, sampled outputs follow the target's distribution, stops and records."""
 
 import collections
+import dataclasses
 import functools
 import math
 
@@ -110,6 +111,55 @@ def test_ddtree_reference_and_torch_impls_agree(models, budget):
     assert ref.tokens == fast.tokens
     assert ref.accept_lengths == fast.accept_lengths
     assert [r.ranks for r in ref.rounds] == [r.ranks for r in fast.rounds]
+
+
+HELD_GRID = [(budget, depth) for budget in (1, 3, 8, 64) for depth in (3, None)]
+
+
+@pytest.mark.parametrize("budget, max_depth", HELD_GRID, ids=[f"b{b}-d{d}" for b, d in HELD_GRID])
+def test_held_ddtree_greedy_equals_ar_and_holds_the_chain(budget, max_depth):
+    """Lossless with hold_chain, and every round's first min(budget, depth) nodes are the chain."""
+    target, drafter, ar_tokens = models_for("qwen3")
+    spec = SpecConfig(method="ddtree", budget=budget, max_depth=max_depth, draft_temperature=3.0, hold_chain=True)
+    generation = run(target, drafter, spec, trace=True)
+    assert_same_tokens(target, ar_tokens, generation.tokens)
+    chain = min(budget, max_depth or BLOCK - 1)
+    for trace in generation.trace:
+        assert trace.parents[: chain + 1] == (-1, *range(chain))
+        assert trace.depths[: chain + 1] == tuple(range(chain + 1))
+
+
+def test_unheld_trees_leave_the_chain_out():
+    """The held runs above differ from plain DDTree: at budget 8 some best-first tree is no full chain."""
+    target, drafter, _ = models_for("qwen3")
+    generation = run(target, drafter, SpecConfig(method="ddtree", budget=8, draft_temperature=3.0), trace=True)
+    chain = BLOCK - 1
+    assert any(trace.parents[: chain + 1] != (-1, *range(chain)) for trace in generation.trace)
+
+
+def test_held_tree_at_budget_depth_is_the_dflash_chain(models):
+    """budget = depth: the held tree is DFlash's block, so rounds, trees and acceptance equal DFlash's."""
+    target, drafter, ar_tokens = models
+    held = SpecConfig(method="ddtree", budget=BLOCK - 1, draft_temperature=3.0, hold_chain=True)
+    tree = run(target, drafter, held, trace=True)
+    chain = run(target, drafter, SpecConfig(method="dflash"), trace=True)
+    assert_same_tokens(target, ar_tokens, tree.tokens)
+    assert tree.accept_lengths == chain.accept_lengths
+    assert tree.trace == chain.trace
+
+
+@pytest.mark.parametrize("budget", [1, 8])
+def test_held_reference_and_torch_impls_agree(models, budget):
+    target, drafter, _ = models
+    spec = SpecConfig(method="ddtree", budget=budget, max_depth=4, draft_temperature=3.0, hold_chain=True)
+    ref = run(target, drafter, spec, trace=True)
+    fast = run(target, drafter, dataclasses.replace(spec, tree_impl="torch"), trace=True)
+    assert ref.tokens == fast.tokens and ref.trace == fast.trace
+
+
+def test_hold_chain_must_be_a_bool():
+    with pytest.raises(ValueError, match="hold_chain must be a bool"):
+        SpecConfig(method="ddtree", hold_chain=1)
 
 
 @pytest.mark.parametrize("block_size", [2, 4, BLOCK])

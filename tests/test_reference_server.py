@@ -93,6 +93,7 @@ def test_health_and_info(url):
     assert status == 200 and info["model_path"] == "tiny" and info["speculative_algorithm"] == "DDTREE"
     status, info = call(url, "/get_server_info")
     assert status == 200 and (info["ddtree_budget"], info["speculative_num_draft_tokens"]) == (16, 6)
+    assert info["ddtree_hold_chain"] is False
     assert call(url, "/nowhere")[0] == 404
 
 
@@ -185,6 +186,8 @@ BAD_BODIES = {
     "negative_budget": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_budget": -1}}},
     "deep_tree": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_max_depth": 99}}},
     "bad_custom": {"input_ids": [1], "sampling_params": {"custom_params": [1]}},
+    "int_hold_chain": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_hold_chain": 1}}},
+    "string_hold_chain": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_hold_chain": "true"}}},
 }
 
 
@@ -205,6 +208,28 @@ def test_custom_params_set_the_tree(url):
         return out["meta_info"]["ddtree_mean_tree_nodes"]
 
     assert mean_nodes(1) == 1 and mean_nodes(2) == 2 and mean_nodes(32) > 2
+
+
+def test_hold_chain_custom_param_at_budget_depth_accepts_as_dflash(url, parts):
+    """Held at budget = depth (block 6: 5), the tree is DFlash's block: the same rounds and histogram."""
+    params = {"temperature": 0, "max_new_tokens": 20}
+    held = {**params, "custom_params": {"ddtree_budget": 5, "ddtree_hold_chain": True}}
+    status, out = call(url, "/generate", {"input_ids": PROMPT, "sampling_params": held})
+    assert status == 200 and out["output_ids"] == greedy(parts, 20)
+    chain = engine_for(parts, method="dflash").generate({"input_ids": PROMPT, "sampling_params": params})
+    keys = ("spec_verify_ct", "spec_accept_histogram")
+    assert [out["meta_info"][key] for key in keys] == [chain["meta_info"][key] for key in keys]
+    plain = {**params, "custom_params": {"ddtree_budget": 5, "ddtree_hold_chain": False}}
+    status, unheld = call(url, "/generate", {"input_ids": PROMPT, "sampling_params": plain})
+    assert status == 200 and unheld["meta_info"]["spec_accept_histogram"] != out["meta_info"]["spec_accept_histogram"]
+
+
+def test_hold_chain_flag_sets_the_server_default():
+    from ddtree_core.reference.server import _parser
+
+    required = ["--model", "m", "--draft", "d"]
+    assert _parser().parse_args([*required, "--hold-chain"]).hold_chain is True
+    assert _parser().parse_args(required).hold_chain is False
 
 
 @pytest.mark.parametrize("method", ["ar", "dflash"])
@@ -232,7 +257,7 @@ def test_command_line_server(parts, tmp_path):
     drafter.save_pretrained(tmp_path / "draft")
     port = free_port()
     command = [sys.executable, "-m", "ddtree_core.reference.server", "--model", str(tmp_path / "target")]
-    command += ["--draft", str(tmp_path / "draft"), "--method", "ddtree", "--budget", "8"]
+    command += ["--draft", str(tmp_path / "draft"), "--method", "ddtree", "--budget", "8", "--hold-chain"]
     command += ["--port", str(port), "--device", "cpu", "--dtype", "float32"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -251,7 +276,8 @@ def test_command_line_server(parts, tmp_path):
         body = {"text": "w1 w2 w3 w4 w5", "sampling_params": {"temperature": 0, "max_new_tokens": 10}}
         status, out = call(url, "/generate", body)
         assert status == 200 and out["output_ids"] == greedy(parts, 10)
-        assert call(url, "/get_server_info")[1]["ddtree_budget"] == 8
+        info = call(url, "/get_server_info")[1]
+        assert (info["ddtree_budget"], info["ddtree_hold_chain"]) == (8, True)
     finally:
         process.terminate()
         process.wait(timeout=30)

@@ -5,11 +5,12 @@ The loops follow the DDTree reference harness (github liranringel/ddtree, `dflas
 - prefill the prompt, take the target's first token (the first bonus), hand the prompt's target
   features to the drafter;
 - each round: draft a block after the bonus token; build a tree over the draft (DDTree: the
-  best-first tree under a node budget; DFlash: the argmax chain); verify the whole tree in one target
-  forward, DDTree with an ancestor-only additive mask over [past + tree] and positions root + depth,
-  DFlash with the ordinary causal mask; pick the target's token at every node (argmax, or a sample
-  with temperature / top-p / top-k); walk the tree along those tokens; keep the accepted path's KV
-  entries (compacted to be contiguous) and features; emit the accepted tokens and the bonus.
+  best-first tree under a node budget, with `hold_chain` the drafter's rank-0 chain first; DFlash: the
+  argmax chain); verify the whole tree in one target forward, DDTree with an ancestor-only additive
+  mask over [past + tree] and positions root + depth, DFlash with the ordinary causal mask; pick the
+  target's token at every node (argmax, or a sample with temperature / top-p / top-k); walk the tree
+  along those tokens; keep the accepted path's KV entries (compacted to be contiguous) and features;
+  emit the accepted tokens and the bonus.
 
 Stage timers are the harness's: draft, tree_build, tree_compile, verify, commit. Decode time starts
 after prefill (AR) or after the first draft pass (DFlash, DDTree), as in the harness, whose speedups
@@ -65,6 +66,7 @@ class SpecConfig:
     max_depth: int | None = None  # DDTree: depth limit, 1 .. block_size - 1 (None: block_size - 1)
     block_size: int | None = None  # None: the drafter's
     draft_temperature: float = 1.0  # DDTree: scales draft logits before the tree's log-softmax
+    hold_chain: bool = False  # DDTree: the tree holds the drafter's rank-0 chain first (ddtree_core.tree)
     tree_impl: str = "reference"  # ddtree_core implementation for tree build, mask and walk
 
     def __post_init__(self):
@@ -74,6 +76,8 @@ class SpecConfig:
             raise ValueError(f"need budget >= 0 and max_depth >= 1, got {self.budget}, {self.max_depth}")
         if not self.draft_temperature > 0:
             raise ValueError(f"draft_temperature must be > 0, got {self.draft_temperature}")
+        if not isinstance(self.hold_chain, bool):
+            raise ValueError(f"hold_chain must be a bool, got {self.hold_chain!r}")
 
 
 @dataclass(frozen=True)
@@ -300,7 +304,7 @@ class _Run:
             self._commit(tree, topk, ids, out, start)
 
     def _tree(self, logits: torch.Tensor) -> tuple[DraftTopK, DraftTree]:
-        """DDTree: the best-first tree. DFlash: the argmax chain of the whole block (a K = 1 tree)."""
+        """DDTree: the best-first tree (held: the rank-0 chain first). DFlash: the argmax chain of the block."""
         impl, length, vocab = self.spec.tree_impl, logits.shape[1], logits.shape[2]
         if self.spec.method == "dflash":
             topk = draft_topk(logits, min(length, vocab), impl=impl)
@@ -310,7 +314,8 @@ class _Run:
         k = max(1, min(self.spec.budget, vocab))
         temperature = self.spec.draft_temperature
         topk = draft_topk(logits[:, :depth], k, draft_temperature=temperature, impl=impl)
-        return topk, build_tree_from_topk(topk, self.spec.budget, max_depth=depth, impl=impl)
+        tree = build_tree_from_topk(topk, self.spec.budget, max_depth=depth, hold_chain=self.spec.hold_chain, impl=impl)
+        return topk, tree
 
     def _compile(self, tree: DraftTree, root: int, start: int):
         """Verify inputs [1, n+1]: tokens, positions start + depth, and (DDTree) the additive mask."""

@@ -7,7 +7,8 @@
 
 sampling_params: temperature, top_p, top_k, max_new_tokens, stop, stop_token_ids, ignore_eos,
 skip_special_tokens, no_stop_trim, sampling_seed, and custom_params {ddtree_budget, ddtree_max_depth,
-ddtree_draft_temperature} (per-request DDTree knobs; ignored by the other methods). Penalties and
+ddtree_draft_temperature, ddtree_hold_chain} (per-request DDTree knobs, ignored by the other methods;
+ddtree_hold_chain is a JSON bool that overrides --hold-chain either way). Penalties and
 other knobs are accepted only at their neutral values. Responses carry "text", "output_ids" and
 "meta_info" with SGLang's keys (finish_reason, prompt_tokens, completion_tokens, e2e_latency,
 spec_verify_ct, spec_accept_length, spec_accept_rate, spec_num_correct_drafts, ...), the acceptance
@@ -178,6 +179,7 @@ class ReferenceEngine:
             "ddtree_max_depth": self.spec.max_depth,
             "ddtree_block_size": block,
             "ddtree_draft_temperature": self.spec.draft_temperature,
+            "ddtree_hold_chain": self.spec.hold_chain,
             "ddtree_tree_impl": self.spec.tree_impl,
         }
 
@@ -226,6 +228,7 @@ class ReferenceEngine:
                 budget=_typed(custom, "ddtree_budget", int, self.spec.budget),
                 max_depth=_typed(custom, "ddtree_max_depth", int, self.spec.max_depth),
                 draft_temperature=float(_typed(custom, "ddtree_draft_temperature", float, self.spec.draft_temperature)),
+                hold_chain=_typed(custom, "ddtree_hold_chain", bool, self.spec.hold_chain),
             )
             check_depth(spec, spec.block_size or self.drafter.block_size)
             return spec
@@ -423,6 +426,7 @@ def main(argv: list[str] | None = None) -> None:
         max_depth=args.max_depth,
         block_size=args.block_size,
         draft_temperature=args.draft_temperature,
+        hold_chain=args.hold_chain,
         tree_impl=args.tree_impl,
     )
     engine = ReferenceEngine(
@@ -457,6 +461,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-depth", type=int, default=None, help="DDTree depth limit (default block_size - 1)")
     parser.add_argument("--block-size", type=int, default=None, help="draft block size (default: the drafter's)")
     parser.add_argument("--draft-temperature", type=float, default=1.0)
+    hold = "DDTree trees hold the drafter's rank-0 chain first (custom_params.ddtree_hold_chain overrides it)"
+    parser.add_argument("--hold-chain", action="store_true", help=hold)
     parser.add_argument("--tree-impl", default="reference", choices=("reference", "torch", "triton"))
     return parser
 

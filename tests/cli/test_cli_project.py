@@ -182,10 +182,11 @@ def test_tree_round_interpolated_and_scaled_by_bandwidth(tmp_path):
 
 def write_results(root, taus):
     """A results folder whose cells have pooled tau = 120 completion tokens / spec_verify_ct rounds.
-    taus: {(method, budget, max_depth, concurrency): tau}."""
+    taus: {(method, budget, max_depth, concurrency[, held chain]): tau}."""
     folder, cells = RunFolder(root), []
-    for (method, budget, depth, concurrency), tau in taus.items():
-        cell = Cell("gsm8k", method, budget, depth, 1.0 if method == "ddtree" else None, 0.0, concurrency)
+    for (method, budget, depth, concurrency, *held), tau in taus.items():
+        dt = 1.0 if method == "ddtree" else None
+        cell = Cell("gsm8k", method, budget, depth, dt, 0.0, concurrency, hold_chain=bool(held) if dt else None)
         record = RequestRecord(
             cell_id=cell.cell_id, **cell.to_dict(), prompt_index=0, turn=0, prompt_hash="h", prompt_tokens=3,
             completion_tokens=120, output_ids=(1,) * 120, text="", finish_reason="length", latency_s=1.0,
@@ -198,13 +199,14 @@ def write_results(root, taus):
 
 
 MEASURED = {("ar", None, None, 1): 1.0, ("dflash", None, None, 4): 3.0, ("dflash", None, None, 1): 2.0,
-            ("ddtree", 31, None, 1): 4.0, ("ddtree", 63, None, 1): 6.0, ("ddtree", 63, 3, 1): 2.4}  # fmt: skip
+            ("ddtree", 31, None, 1, True): 5.0, ("ddtree", 31, None, 1): 4.0, ("ddtree", 63, None, 1): 6.0,
+            ("ddtree", 63, 3, 1): 2.4}  # fmt: skip
 
 
 def test_acceptance_measured_in_a_results_folder(tmp_path):
     results = write_results(tmp_path / "run", MEASURED)
     table = projection.measured_acceptance(results, 0.0)
-    assert table.dflash == {"gsm8k": 2.0}  # the lowest concurrency; depth-limited cells left out
+    assert table.dflash == {"gsm8k": 2.0}  # the lowest concurrency; depth-limited and held cells left out
     assert table.ddtree == {"gsm8k": {31: 4.0, 63: 6.0}} and table.origin == "measured"
     assert "concurrency 1 (lowest of 1, 4)" in table.source
     cost = write_cost(tmp_path / "cost")

@@ -18,15 +18,17 @@ runner = CliRunner()
 B32, B128 = advice.Setting("ddtree", 32, None, 1.0), advice.Setting("ddtree", 128, None, 1.0)
 
 
-def row(dataset, method, budget, concurrency, tokens_per_s, *, parity=None, status="done", temperature=0.0):
+def row(
+    dataset, method, budget, concurrency, tokens_per_s, *, parity=None, status="done", temperature=0.0, held=False
+):
     """A summary row with the fields recommend reads; the rest blank."""
     blank = {field.name: None for field in dataclasses.fields(CellSummary)}
     ddtree = method == "ddtree"
     blank.update(
         dataset=dataset, method=method, budget=budget, max_depth=None, draft_temperature=1.0 if ddtree else None,
-        temperature=temperature, concurrency=concurrency, status=status, num_requests=2, completion_tokens=200,
-        tokens_per_s=tokens_per_s if status == "done" else None, parity=parity, accept_histogram=(),
-        depth_acceptance=(), cell_id="x",
+        hold_chain=held if ddtree else None, temperature=temperature, concurrency=concurrency, status=status,
+        num_requests=2, completion_tokens=200, tokens_per_s=tokens_per_s if status == "done" else None,
+        parity=parity, accept_histogram=(), depth_acceptance=(), cell_id="x",
     )  # fmt: skip
     return CellSummary(**blank)
 
@@ -42,7 +44,8 @@ def with_speedups(rows):
     ]
 
 
-# tokens/s per (method, budget) and concurrency; the best budget moves from 128 (light load) to 32 (heavy).
+# tokens/s per (method, budget[, held chain]) and concurrency; the best budget moves from 128 (light load) to 32
+# (heavy).
 GRID = {
     ("ar", None): {1: 100.0, 4: 300.0, 16: 1000.0},
     ("dflash", None): {1: 150.0, 4: 400.0, 16: 1100.0},
@@ -53,9 +56,9 @@ GRID = {
 
 def grid_rows(datasets=("gsm8k", "humaneval"), grid=GRID):
     rows = [
-        row(dataset, method, budget, concurrency, tps)
+        row(dataset, method, budget, concurrency, tps, held=bool(held))
         for dataset in datasets
-        for (method, budget), by_load in grid.items()
+        for (method, budget, *held), by_load in grid.items()
         for concurrency, tps in by_load.items()
     ]
     return with_speedups(rows)
@@ -109,6 +112,16 @@ def test_dflash_faster_than_every_ddtree_setting_is_recommended():
     console = Console(record=True, width=200)
     advice.print_recommendation(recommendation, measurement, deployment, console)
     assert "DDTree is not recommended at any measured load" in console.export_text()
+
+
+def test_held_chain_settings_compete_and_a_tie_keeps_the_plain_tree():
+    held = advice.Setting("ddtree", 32, None, 1.0, hold_chain=True)
+    grid = {**GRID, ("ddtree", 32, True): {1: 100.0, 4: 100.0, 16: 1350.0}}
+    recommendation = advice.recommend(grid_rows(grid=grid))
+    assert [c.chosen for c in recommendation.choices] == [B128, B128, held]
+    assert held.label == "DDTree b32+chain"
+    tie = {**GRID, ("ddtree", 128, True): GRID[("ddtree", 128)]}
+    assert [c.chosen for c in advice.recommend(grid_rows(grid=tie)).choices] == [B128, B128, B32]
 
 
 def test_a_tie_with_dflash_is_no_win():
@@ -173,8 +186,18 @@ def _choice(concurrency, setting):
             {"SGLANG_DDTREE_BUDGET": "64", "SGLANG_DDTREE_MAX_DEPTH": "5", "SGLANG_DDTREE_DRAFT_TEMPERATURE": "0.6"},
             [{"ddtree_budget": 64}, {"ddtree_budget": 32, "ddtree_max_depth": 3}],
         ),
+        (
+            [advice.Setting("ddtree", 64, None, 1.0, True), advice.Setting("ddtree", 32, None, 1.0, True)],
+            {"SGLANG_DDTREE_BUDGET": "64", "SGLANG_DDTREE_HOLD_CHAIN": "1"},
+            [{"ddtree_budget": 64}, {"ddtree_budget": 32}],
+        ),
+        (
+            [advice.Setting("ddtree", 64, None, 1.0, True), advice.Setting("ddtree", 32, None, 1.0)],
+            {"SGLANG_DDTREE_BUDGET": "64"},
+            [{"ddtree_budget": 64, "ddtree_hold_chain": True}, {"ddtree_budget": 32}],
+        ),
     ],
-    ids=["auto-depth-mixed-temperatures", "shared-depth-and-temperature"],
+    ids=["auto-depth-mixed-temperatures", "shared-depth-and-temperature", "every-band-held", "one-band-held"],
 )
 def test_server_env_covers_every_band_and_requests_lower_it(settings, env, params):
     recommendation = advice.Recommendation(
@@ -240,10 +263,10 @@ def write_folder(root, grid=GRID, *, low_parity_budget=None):
     }  # fmt: skip
     cells = []
     for dataset in ("gsm8k", "humaneval"):
-        for (method, budget), by_load in grid.items():
+        for (method, budget, *flags), by_load in grid.items():
             for concurrency, tps in by_load.items():
-                dt = 1.0 if method == "ddtree" else None
-                cell = Cell(dataset, method, budget, None, dt, 0.0, concurrency)
+                dt, held = (1.0, bool(flags)) if method == "ddtree" else (None, None)
+                cell = Cell(dataset, method, budget, None, dt, 0.0, concurrency, hold_chain=held)
                 differs = budget is not None and budget == low_parity_budget and dataset == "gsm8k"
                 records = [_record(cell, index, (9,) * 100 if differs and index == 0 else (index,) * 100)
                            for index in range(2)]  # fmt: skip
@@ -285,6 +308,25 @@ def test_command_prints_tables_server_and_bands_and_writes_json(tmp_path):
         ("concurrency <= 4", {"ddtree_budget": 128}), ("concurrency 16", {"ddtree_budget": 32})
     ]  # fmt: skip
     assert document["measurement"]["restart_per_budget"] is False and "as this server does" in document["caveat"]
+
+
+@pytest.mark.parametrize(
+    "held_tps, server, bands",
+    [
+        ({1: 240.0, 4: 550.0, 16: 1350.0}, "SGLANG_DDTREE_BUDGET=32 SGLANG_DDTREE_HOLD_CHAIN=1 python -m ddtree_core",
+         ['concurrency <= 16 (measured at 1, 4, 16): {"ddtree_budget": 32}']),
+        ({1: 100.0, 4: 100.0, 16: 1350.0}, "SGLANG_DDTREE_BUDGET=128 python -m ddtree_core",
+         ['concurrency <= 4 (measured at 1, 4): {"ddtree_budget": 128}',
+          'concurrency 16: {"ddtree_budget": 32, "ddtree_hold_chain": true}']),
+    ],
+    ids=["server-wide", "per-request"],
+)  # fmt: skip
+def test_command_applies_a_held_chain_server_wide_or_per_request(tmp_path, held_tps, server, bands):
+    results = write_folder(tmp_path / "run", {**GRID, ("ddtree", 32, True): held_tps})
+    result = runner.invoke(app, ["recommend", str(results)])
+    assert result.exit_code == 0, result.output
+    assert "DDTree b32+chain" in result.stdout and server in result.stdout
+    assert all(f"temperature 0, {band}" in result.stdout for band in bands)
 
 
 def test_command_parity_floor_and_dataset_filter(tmp_path):

@@ -132,6 +132,45 @@ def test_compare_against_inflated_acceptance_fails(swept, tmp_path):
     assert markdown.read_text().count("REGRESSION: acceptance, histogram") == 2
 
 
+def strip_hold_chain(folder: Path) -> None:
+    """Make `folder` look written before the hold_chain knob: no such key in the manifest, cells or records."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for cell in manifest["cells"]:
+        del cell["hold_chain"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    for path in (folder / "cells").glob("*.json"):
+        done = json.loads(path.read_text())
+        del done["cell"]["hold_chain"]
+        path.write_text(json.dumps(done))
+    for path in [*(folder / "cells").glob("*.jsonl"), folder / "requests.jsonl"]:
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "hold_chain"}) + "\n" for r in records))
+
+
+def test_held_chain_cells_extend_a_folder_written_before_the_knob(swept, tiny_pair, prompt_file, tmp_path):
+    """--hold-chain 0,1 into an older folder: its cells stay done under their ids (AR and DFLASH are not
+    rerun) and read as not held; the held cell gets its own id, label and records."""
+    out = tmp_path / "run"
+    shutil.copytree(swept, out)
+    strip_hold_chain(out)
+    result = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out, "--budgets", "3", "--hold-chain", "0,1"))
+    assert result.exit_code == 0, result.output
+    assert "2 cells run, 2 already done" in result.output and "DDTree b3+chain" in result.output
+    rows = summary_rows(out)
+    assert [row["cell_id"].split("__")[1] for row in rows] == [
+        "ar", "dflash", "ddtree-b2-dauto-dt1", "ddtree-b8-dauto-dt1", "ddtree-b3-dauto-dt1",
+        "ddtree-b3-dauto-dt1-chain",
+    ]  # fmt: skip
+    assert [row["hold_chain"] for row in rows] == ["", "", "False", "False", "False", "True"]
+    assert [row["parity"] for row in rows] == ["", "1.0", "1.0", "1.0", "1.0", "1.0"]
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    held = {r["cell_id"].split("__")[1] for r in records if r.get("hold_chain")}
+    assert held == {"ddtree-b3-dauto-dt1-chain"} and len(records) == 6 * 4
+    plots = runner.invoke(app, ["plot", str(out), "--out", str(tmp_path / "plots")])
+    assert plots.exit_code == 0, plots.output
+    assert (tmp_path / "plots" / "speedup_vs_budget.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_unknown_dataset_exits_2_and_writes_nothing(tiny_pair, tmp_path):
     out = tmp_path / "run"
     result = runner.invoke(app, sweep_args(tiny_pair, "nosuch", out))
@@ -266,6 +305,7 @@ def test_offline_baseline_agrees_with_the_served_sweep(swept, tiny_pair, prompt_
     assert document["format"] == "ddbench-zlab/1" and document["block_size"] == 4
     methods = [(cell["method"], cell["budget"]) for cell in document["cells"]]
     assert methods == [("ar", None), ("dflash", None), ("ddtree", 2), ("ddtree", 8)]
+    assert [cell["hold_chain"] for cell in document["cells"]] == [None, None, False, False]
     response = document["cells"][3]["responses"][0]
     assert sum(response["acceptance_lengths"]) >= len(response["output_ids"]) - 1  # the first token is prefill's
     assert response["time_per_output_token"] > 0

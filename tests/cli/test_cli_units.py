@@ -48,6 +48,33 @@ def test_grid_has_ar_and_dflash_next_to_every_ddtree_setting():
     assert Cell.from_dict(cells[5].to_dict()) == cells[5]
 
 
+@pytest.mark.parametrize("held", ["0,1", [False, True], ["0", 1]], ids=["flag", "toml", "mixed"])
+def test_hold_chain_is_a_ddtree_grid_dimension(held):
+    cells = expand_cells(build_config({**MODELS, "budgets": "16", "hold_chain": held}, {}))
+    assert [(c.method, c.hold_chain) for c in cells] == [("ar", None), ("dflash", None), ("ddtree", False)] + [
+        ("ddtree", True)
+    ]
+    assert [c.cell_id for c in cells[2:]] == ["gsm8k__ddtree-b16-dauto-dt1__t0__c1"] + [
+        "gsm8k__ddtree-b16-dauto-dt1-chain__t0__c1"
+    ]
+    assert Cell.from_dict(cells[3].to_dict()) == cells[3] and cells[2].key != cells[3].key
+    assert build_config(MODELS, {}).hold_chain == (False,)
+
+
+def test_cells_and_records_written_before_hold_chain_read_as_unheld():
+    """Committed results lack the field: their DDTree cells keep their ids (resume) and read as not held."""
+    (tree,) = [c for c in expand_cells(build_config({**MODELS, "budgets": "8"}, {})) if c.method == "ddtree"]
+    old = {name: value for name, value in tree.to_dict().items() if name != "hold_chain"}
+    assert Cell.from_dict(old) == tree and Cell.from_dict(old).cell_id == "gsm8k__ddtree-b8-dauto-dt1__t0__c1"
+    assert Cell.from_dict({**AR.to_dict(), "hold_chain": None}).hold_chain is None
+    data = record(TREE, 0, (1, 2)).to_dict()
+    assert data["hold_chain"] is False
+    del data["hold_chain"]
+    assert RequestRecord.from_dict(data) == record(TREE, 0, (1, 2))
+    with pytest.raises(ValueError, match="hold_chain is a DDTree setting"):
+        dataclasses.replace(AR, hold_chain=True)
+
+
 def test_baselines_only():
     cells = expand_cells(build_config({**MODELS, "methods": "ar,dflash", "temperatures": "0,1"}, {}))
     assert [cell.method for cell in cells] == ["ar", "dflash"] * 2
@@ -66,9 +93,11 @@ def test_baselines_only():
         ({"gpus": "a-b"}, "GPU list must look like"),
         ({"stream": True}, "the reference engine does not stream"),
         ({"methods": "ddtree"}, "methods must include ar and dflash"),
+        ({"hold_chain": "0,2"}, "hold_chain takes 0 or 1 (false or true), got '2'"),
+        ({"hold_chain": ""}, "hold_chain must list 0 or 1, got"),
     ],
     ids=["budget-zero", "engine", "dataset", "tp", "sglang-cpu", "temperature", "unknown-key", "gpus", "stream"]
-    + ["methods"],
+    + ["methods", "hold-chain", "hold-chain-empty"],
 )
 def test_bad_settings_raise_one_line(values, message):
     with pytest.raises(DDBenchError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
@@ -196,13 +225,41 @@ def test_summary_of_constructed_records():
 
 
 def test_summary_csv_round_trip(tmp_path):
+    held = dataclasses.replace(TREE, hold_chain=True)
+    held_result = CellResult(held, "done", tuple(record(held, i, (i,) * 5, [0, 5]) for i in range(2)), 0.5, None, {})
     rows = report.summarize(
-        two_cells() + [CellResult(TREE.__class__(**{**TREE.to_dict(), "budget": 4}), "failed", (), None, "boom")]
+        two_cells() + [held_result, CellResult(dataclasses.replace(TREE, budget=4), "failed", (), None, "boom")]
     )
     path = tmp_path / "summary.csv"
     path.write_text(report.summary_csv(rows))
     assert report.read_summary(path) == rows
+    assert [row.hold_chain for row in rows] == [None, False, True, False]
     assert rows[-1].status == "failed" and rows[-1].error == "boom"
+
+
+def test_summary_csv_without_the_hold_chain_column_reads_as_unheld(tmp_path):
+    import csv
+
+    rows = report.summarize(two_cells())
+    lines = list(csv.reader(report.summary_csv(rows).splitlines()))
+    column = lines[0].index("hold_chain")
+    path = tmp_path / "summary.csv"
+    with open(path, "w", newline="") as stream:
+        csv.writer(stream).writerows([value for i, value in enumerate(line) if i != column] for line in lines)
+    assert "hold_chain" not in path.read_text() and report.read_summary(path) == rows
+
+
+def test_held_settings_are_labelled_and_matched_apart():
+    held = dataclasses.replace(TREE, hold_chain=True)
+    rows = report.summarize([*two_cells(), CellResult(held, "done", two_cells()[1].records, 0.5, None, {})])
+    assert [report.setting(row) for row in rows] == ["AR", "DDTree b8", "DDTree b8+chain"]
+    assert held.cell_id == "gsm8k__ddtree-b8-dauto-dt1-chain__t0__c1"
+    assert TREE.cell_id == "gsm8k__ddtree-b8-dauto-dt1__t0__c1"
+    ours = [dataclasses.replace(side(2.0), key=held.key), side(2.0)]
+    pairs = compare.match_cells(ours, [side(2.0)])
+    assert [ours.key for ours, _ in pairs] == [TREE.key]
+    assert compare._key_label(held.key) == "gsm8k DDTree b8+chain T=0 c=1"
+    assert compare._key_label(TREE.key) == "gsm8k DDTree b8 T=0 c=1"
 
 
 # --- baselines -----------------------------------------------------------------------------------
@@ -229,16 +286,34 @@ Accept length:    6.290
 
 def test_zlab_offline_printout():
     side = compare.parse_zlab_text(ZLAB_OFFLINE, dataset="gsm8k", temperature=0.0)
-    assert side.key == ("gsm8k", "dflash", None, None, None, 0.0, None)
+    assert side.key == ("gsm8k", "dflash", None, None, None, None, 0.0, None)
     assert (side.acceptance_length, side.acceptance_length_per_response, side.speedup_vs_ar) == (None, 6.55, 5.0)
     assert side.accept_histogram == pytest.approx((0.1, 0.2, 0.7))
     with pytest.raises(DDBenchError, match="names no dataset"):
         compare.parse_zlab_text(ZLAB_OFFLINE, dataset=None, temperature=0.0)
 
 
+def test_zlab_json_without_hold_chain_reads_as_unheld(tmp_path):
+    from ddbench.baseline import read_zlab_json
+
+    response = {"prompt_index": 0, "turn": 0, "prompt_hash": "h", "output_ids": [1, 2], "acceptance_lengths": [2],
+                "time_per_output_token": 0.01}  # fmt: skip
+    cells = [
+        {"dataset": "gsm8k", "method": method, "budget": budget, "max_depth": None, "draft_temperature": dt,
+         "temperature": 0.0, "responses": [response]}
+        for method, budget, dt in (("ar", None, None), ("ddtree", 8, 1.0))
+    ]  # fmt: skip
+    path = tmp_path / "zlab.json"
+    path.write_text(json.dumps({"format": "ddbench-zlab/1", "block_size": 4, "cells": cells}))
+    ar, tree = read_zlab_json(path)
+    assert (ar.hold_chain, tree.hold_chain) == (None, False)
+    assert tree.key == (*TREE.key[:-1], None) and compare.match_cells([side(2.0)], [compare.side_from_offline(tree)])
+
+
 def test_zlab_server_printout():
     side = compare.parse_zlab_text(ZLAB_SERVER, dataset=None, temperature=0.0)
-    assert side.key == ("gsm8k", "dflash", None, None, None, 0.0, 8) and side.acceptance_length_per_response == 6.29
+    assert side.key == ("gsm8k", "dflash", None, None, None, None, 0.0, 8)
+    assert side.acceptance_length_per_response == 6.29
 
 
 def harness_response(prompt, generated, taus, tpot):
@@ -268,7 +343,7 @@ def test_liranringel_pt_file(tmp_path):
     dflash, tree = cells["dflash"], cells["ddtree16"]
     assert dflash.acceptance_length == pytest.approx(6 / 3) and dflash.acceptance_length_per_response == 2.0
     assert dflash.speedup_vs_ar == pytest.approx(0.03 / 0.015) and dflash.parity == 1.0
-    assert tree.key == ("gsm8k", "ddtree", 16, None, 1.0, 0.0, None) and tree.parity == 0.5
+    assert tree.key == ("gsm8k", "ddtree", 16, None, 1.0, False, 0.0, None) and tree.parity == 0.5
     assert tree.responses[0].prompt_hash == prompt_hash([5, 6])
 
 
@@ -358,6 +433,16 @@ def test_client_plain_request_sends_ids_and_custom_params():
     assert seen["input_ids"] == [1, 2] and seen["stream"] is False
     assert seen["sampling_params"]["custom_params"] == {"ddtree_budget": 8, "ddtree_draft_temperature": 1.0}
     assert (completion.output_ids, completion.finish_reason, completion.ttft_s) == ((3, 4), "length", None)
+
+
+def test_client_sends_hold_chain_only_for_held_cells():
+    config = build_config(MODELS, {})
+    held = client.sampling_params(dataclasses.replace(TREE, hold_chain=True, max_depth=3), config)
+    assert held["custom_params"] == {
+        "ddtree_budget": 8, "ddtree_draft_temperature": 1.0, "ddtree_max_depth": 3, "ddtree_hold_chain": True
+    }  # fmt: skip
+    assert "ddtree_hold_chain" not in client.sampling_params(TREE, config)["custom_params"]
+    assert "custom_params" not in client.sampling_params(AR, config)
 
 
 @pytest.mark.parametrize(
