@@ -26,8 +26,10 @@
 #               flight), resuming after the cells committed in results/sglang/campaign-h200 (commit the run
 #               folder there); campaign-x2: the same with a server on each of GPUs 0 and 1
 #   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature at budget 64)
-#   rounds      DFLASH and DDTree b15 / b128 (eager, and folded: SGLANG_DDTREE_DRAFT_GRAPH=1), 4 bursts at 1 and
-#               16 in flight; round times from the servers' decode logs (results/sglang/log_rounds.py)
+#   rounds      DFLASH and DDTree b15 / b128 (eager, and folded: SGLANG_DDTREE_DRAFT_GRAPH=1), b15 and b31 holding
+#               the chain (SGLANG_DDTREE_HOLD_CHAIN=1; b15 held is DFLASH's tree), 4 bursts at 1 and 16 in flight;
+#               round times from the servers' decode logs (results/sglang/log_rounds.py)
+#   chain       greedy parity and acceptance of trees that hold the chain: budgets 15, 31, 63, 1 and 16 in flight
 #   trace       torch-profiler traces of decode rounds (results/sglang/trace_rounds.py), AR, DFLASH, DDTree
 #               b15 (verify width 16, as DFLASH's block) and b128, 1 and 16 in flight
 #   gputests    pytest -m gpu (a minute; run it first: the new kernels have only run under the interpreter)
@@ -142,6 +144,9 @@ sweeps)
       grid)  # tokens/s: DDTree servers started at each budget (verify width budget + 1) vs DFLASH vs AR
         sweep grid --datasets gsm8k --num-prompts 64 --budgets 15,32,64,128 --concurrency 1,4,16,32 \
           --restart-per-budget "${FAST[@]}" ;;
+      chain)
+        sweep chain --datasets gsm8k,humaneval --num-prompts 50 --budgets 15,31,63 --hold-chain 1 \
+          --concurrency 1,16 "${FAST[@]}" ;;
       nooverlap)
         sweep nooverlap --datasets gsm8k --num-prompts 50 --budgets 15,64 --concurrency 1,16 "${FAST[@]}" \
           --server-arg=--disable-overlap-schedule ;;
@@ -160,17 +165,19 @@ sweeps)
           stop_server
         done
         echo "kvleak rc=0" >> "$W/done" ;;
-      rounds)  # round times from the servers' own decode logs: DFLASH vs DDTree b15 / b128, eager and folded
-        for spec in "dflash DFLASH 0 0" "ddtree-b15 DDTREE 15 0" "ddtree-b15-fold DDTREE 15 1" \
-                    "ddtree-b128 DDTREE 128 0" "ddtree-b128-fold DDTREE 128 1"; do
-          read -r name algo budget fold <<< "$spec"
-          export SGLANG_DDTREE_DRAFT_GRAPH=$fold
+      rounds)  # round times from the servers' own decode logs: DFLASH vs DDTree b15 / b128, eager and folded;
+        # b15 holding the chain verifies DFLASH's own tree (the difference is the DDTree round's overhead)
+        for spec in "dflash DFLASH 0 0 0" "ddtree-b15 DDTREE 15 0 0" "ddtree-b15-chain DDTREE 15 0 1" \
+                    "ddtree-b15-fold DDTREE 15 1 0" "ddtree-b31-chain DDTREE 31 0 1" \
+                    "ddtree-b128 DDTREE 128 0 0" "ddtree-b128-fold DDTREE 128 1 0"; do
+          read -r name algo budget fold hold <<< "$spec"
+          export SGLANG_DDTREE_DRAFT_GRAPH=$fold SGLANG_DDTREE_HOLD_CHAIN=$hold
           serve_algo "rounds-$name" $PORT "$algo" "$budget" || { echo "rounds $name: no server"; stop_server; continue; }
           python3 results/sglang/trace_rounds.py --url http://127.0.0.1:$PORT --out "$W/runs/rounds" --prefix "$name" \
             --data-dir "$W/data" --concurrency 1,16 --steps 0 --repeat 4 >> "$W/runs/rounds.log" 2>&1
           stop_server
         done
-        unset SGLANG_DDTREE_DRAFT_GRAPH
+        unset SGLANG_DDTREE_DRAFT_GRAPH SGLANG_DDTREE_HOLD_CHAIN
         python3 results/sglang/log_rounds.py "$W"/runs/rounds-*.log > "$W/runs/rounds/rounds.md"
         echo "rounds rc=0" >> "$W/done" ;;
       trace)
