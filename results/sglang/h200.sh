@@ -17,7 +17,7 @@
 #   profile     per-stage round time (SGLANG_DDTREE_PROFILE_EVERY) at budgets 15 and 128, one server each
 #   fold        the profile job with the draft side folded into the draft CUDA graph (SGLANG_DDTREE_DRAFT_GRAPH=1);
 #               its DDTree outputs must equal the profile job's at concurrency 1 (ddbench compare --min-match 1)
-#   grid        tokens/s grid: one server per budget (verify width = budget + 1), concurrency 1..32
+#   grid        tokens/s grid: one server per budget (verify width = budget + 1), plain and held trees, 1..32 in flight
 #   nooverlap   greedy parity with --disable-overlap-schedule (the scheduler's synchronous path), budgets 15 and 64
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
@@ -142,7 +142,7 @@ sweeps)
         SGLANG_DDTREE_DRAFT_GRAPH=1 SGLANG_DDTREE_PROFILE_EVERY=300 sweep fold --datasets gsm8k --num-prompts 40 \
           --budgets 15,128 --concurrency 1,16 --restart-per-budget "${FAST[@]}" ;;
       grid)  # tokens/s: DDTree servers started at each budget (verify width budget + 1) vs DFLASH vs AR
-        sweep grid --datasets gsm8k --num-prompts 64 --budgets 15,32,64,128 --concurrency 1,4,16,32 \
+        sweep grid --datasets gsm8k --num-prompts 64 --budgets 15,31,63,127 --hold-chain 0,1 --concurrency 1,4,16,32 \
           --restart-per-budget "${FAST[@]}" ;;
       chain)
         sweep chain --datasets gsm8k,humaneval --num-prompts 50 --budgets 15,31,63 --hold-chain 1 \
