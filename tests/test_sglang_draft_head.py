@@ -5,7 +5,7 @@ import torch
 from trees import capture_cuda_graph
 
 from ddtree_core.sglang import rounds
-from ddtree_core.sglang.config import RequestSettings, ServerSettings
+from ddtree_core.sglang.config import DDTreeConfigError, RequestSettings, ServerSettings
 from ddtree_core.sglang.draft_head import DraftHead, enabled
 
 HIDDEN, VOCAB = 16, 40
@@ -71,9 +71,11 @@ def test_batch_above_the_maximum_is_refused():
         head.load([RequestSettings.defaults(settings)] * 3)
 
 
-def test_off_unless_asked():
-    assert not enabled({}) and not enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "0"})
-    assert enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "1"})
+def test_on_unless_turned_off():
+    assert enabled({}) and enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "1"}) and enabled({"SGLANG_DDTREE_DRAFT_GRAPH": " "})
+    assert not enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "0"}) and not enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "off"})
+    with pytest.raises(DDTreeConfigError, match="SGLANG_DDTREE_DRAFT_GRAPH must be 0 or 1"):
+        enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "2"})
 
 
 @pytest.mark.gpu

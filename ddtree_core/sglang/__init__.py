@@ -13,7 +13,8 @@ follows the target's own tokens through it and commits the accepted path.
 - worker.py: the DDTree worker (a DFlashWorkerV2 whose decode round builds and verifies the tree);
 - prometheus.py: DDTree histograms on /metrics (--enable-metrics);
 - profile.py: per-stage time of the decode round (SGLANG_DDTREE_PROFILE_EVERY);
-- draft_head.py: the draft side folded into the drafter's CUDA graph (SGLANG_DDTREE_DRAFT_GRAPH=1);
+- draft_head.py: the draft side folded into the drafter's CUDA graph (the default at TP = 1;
+  SGLANG_DDTREE_DRAFT_GRAPH=0 keeps it eager);
 - plugin.py: `register()`, the entry point of group `sglang.srt.plugins`, and the hooks;
 - launch_server.py: `python -m ddtree_core.sglang.launch_server <sglang args>`.
 

@@ -1,4 +1,4 @@
-"""The draft side of a DDTree round inside SGLang's draft CUDA graph (opt-in: SGLANG_DDTREE_DRAFT_GRAPH=1).
+"""The draft side of a DDTree round inside SGLang's draft CUDA graph (on unless SGLANG_DDTREE_DRAFT_GRAPH=0).
 
 DFLASH folds its greedy head into the drafter's CUDA graph through the draft model runner's
 `dflash_draft_sampler` hook: the graph runner calls the hook on the drafter's hidden states while it
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ddtree_core.sglang import rounds
-from ddtree_core.sglang.config import RequestSettings, ServerSettings
+from ddtree_core.sglang.config import DDTreeConfigError, RequestSettings, ServerSettings
 from ddtree_core.tree import DraftTopK, DraftTree
 
 ENV_DRAFT_GRAPH = "SGLANG_DDTREE_DRAFT_GRAPH"
@@ -37,7 +37,13 @@ _TREE_FIELDS = tuple(f.name for f in dataclasses.fields(DraftTree) if f.name != 
 
 
 def enabled(environ=os.environ) -> bool:
-    return environ.get(ENV_DRAFT_GRAPH, "").strip() not in ("", "0")
+    """Whether the draft side folds into the draft graph: unset or 1 yes, 0 no (the eager round)."""
+    raw = environ.get(ENV_DRAFT_GRAPH, "").strip().lower()
+    if raw in ("", "1", "true", "on"):
+        return True
+    if raw in ("0", "false", "off"):
+        return False
+    raise DDTreeConfigError(f"{ENV_DRAFT_GRAPH} must be 0 or 1, got {raw!r}")
 
 
 class DraftHead:

@@ -18,7 +18,7 @@ features into the draft KV, bonus token). One decode round, all on the device wi
   6. result: tokens [B * (D + 1)] (path + bonus, padded), accept_lens = commit lengths, per-round
              statistics for the host (info.DDTreeBatchResult)
 
-With SGLANG_DDTREE_DRAFT_GRAPH=1 (TP = 1) steps 1-2 run inside the drafter's CUDA graph (draft_head.py).
+At TP = 1 steps 1-2 run inside the drafter's CUDA graph (draft_head.py) unless SGLANG_DDTREE_DRAFT_GRAPH=0.
 On CUDA the round's inputs take one launch each (rounds.draft_block_inputs: the block, its positions and
 every verify KV slot; rounds.verify_batch: tokens, positions and the mask, whose size depends on the
 host's length sum).
@@ -98,7 +98,7 @@ class DDTreeWorker(DFlashWorkerV2):
 
     def _maybe_build_draft_sampler(self):
         # DFLASH folds a greedy argmax into the draft graph. DDTree folds its whole draft side there
-        # (draft_head.py) when SGLANG_DDTREE_DRAFT_GRAPH=1, else computes it after the graph.
+        # (draft_head.py) unless SGLANG_DDTREE_DRAFT_GRAPH=0, which computes it after the graph.
         if not draft_head.enabled():
             return None
         if get_tp_group().world_size != 1:

@@ -14,14 +14,16 @@
 #   match       the reference engine's held-out prompts and budgets (+ budget 15), concurrency 1
 #   parity-p1   greedy parity, 100 prompts x 2 datasets, budgets 15..128, concurrency 1 and 16
 #   parity-p16  the same at page size 16
-#   profile     per-stage round time (SGLANG_DDTREE_PROFILE_EVERY) at budgets 15 and 128, one server each
+#   profile     per-stage round time (SGLANG_DDTREE_PROFILE_EVERY) at budgets 15 and 128, one server each, eager
+#               draft side (SGLANG_DDTREE_DRAFT_GRAPH=0; the other jobs run the default, folded)
 #   fold        the profile job with the draft side folded into the draft CUDA graph (SGLANG_DDTREE_DRAFT_GRAPH=1);
 #               its DDTree outputs must equal the profile job's at concurrency 1 (ddbench compare --min-match 1)
 #   grid        tokens/s grid: one server per budget (verify width = budget + 1), plain and held trees, 1..32 in flight
 #   nooverlap   greedy parity with --disable-overlap-schedule (the scheduler's synchronous path), budgets 15 and 64
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
-#   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64
+#   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64; alone
+#               on the machine (`serve tp2`): SGLang refuses TP when the GPUs' free memory differs
 #   campaign    configs/testbed-h200-campaign.toml (budgets 15..1023, one server each; T = 0 and 1; 1..32 in
 #               flight), resuming after the cells committed in results/sglang/campaign-h200 (commit the run
 #               folder there); campaign-x2: the same with a server on each of GPUs 0 and 1
@@ -136,7 +138,7 @@ sweeps)
         sweep parity-p16 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,32,64,128 --concurrency 1,16 \
           --server-arg=--page-size --server-arg=16 ;;
       profile)  # where a round's time goes; the profile lines are in the DDTree server logs
-        SGLANG_DDTREE_PROFILE_EVERY=300 sweep profile --datasets gsm8k --num-prompts 40 --budgets 15,128 \
+        SGLANG_DDTREE_DRAFT_GRAPH=0 SGLANG_DDTREE_PROFILE_EVERY=300 sweep profile --datasets gsm8k --num-prompts 40 --budgets 15,128 \
           --concurrency 1,16 --restart-per-budget "${FAST[@]}" ;;
       fold)
         SGLANG_DDTREE_DRAFT_GRAPH=1 SGLANG_DDTREE_PROFILE_EVERY=300 sweep fold --datasets gsm8k --num-prompts 40 \
@@ -201,7 +203,7 @@ sweeps)
       knobs)
         sweep knobs --config testbed-h200-knobs ;;
       gputests)
-        PYTHONPATH=$W/repo python3 -m pytest -q -m gpu tests --ignore=tests/test_datasets.py \
+        python3 -m pytest -q -m gpu tests --ignore=tests/test_datasets.py \
           > "$W/runs/gpu_tests.log" 2>&1
         echo "gputests rc=$?" >> "$W/done" ;;
       kernels)
