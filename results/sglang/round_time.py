@@ -18,8 +18,8 @@ def main(path: str) -> None:
             continue
         tau, tokens = float(row["acceptance_length"]), int(row["completion_tokens"])
         ms = 1e3 * float(row["wall_s"]) * int(row["concurrency"]) / (tokens / tau)
-        print(f"| {row['dataset']} | {row['method']} | {row['budget'] or '-'} | {row['concurrency']} | {tau:.2f} "
-              f"| {ms:.2f} |")
+        budget = (row["budget"] or "-") + ("+chain" if row.get("hold_chain") == "True" else "")
+        print(f"| {row['dataset']} | {row['method']} | {budget} | {row['concurrency']} | {tau:.2f} | {ms:.2f} |")
 
 
 if __name__ == "__main__":
