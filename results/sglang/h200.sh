@@ -37,6 +37,10 @@
 #   gputests    pytest -m gpu (a minute; run it first: the new kernels have only run under the interpreter)
 #   kernels     the draft-side kernel benchmark (reference, torch, triton) and the top-K launch sweep
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
+#   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
+#               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
+#               tokens in the batch: a B x W-token verify reads the weights a (B x W)-token decode step reads
+#               (for the MoE, the experts its tokens route to), so these are the MoE's verify-cost curve
 set -uo pipefail
 W=/tmp/dd
 mkdir -p "$W"
@@ -214,6 +218,16 @@ sweeps)
         python3 -m ddbench.cost_bench --out "$W/runs/cost" --reps 5 --warmup 2 \
           --nodes 0,15,16,31,32,63,64,127,128,255,511,1024 > "$W/runs/cost.log" 2>&1
         echo "cost rc=$?" >> "$W/done" ;;
+      cost-sglang)
+        mkdir -p "$W/runs/cost-sglang"
+        for model in qwen3-8b qwen3-coder-30b-a3b; do
+          M=$W/cache/$model && mkdir -p "$M" && cp "$W/repo/configs/models/$model/config.json" "$M/"
+          python3 -m sglang.benchmark.one_batch --model-path "$M" --tokenizer-path "$T" --load-format dummy \
+            --batch-size 1 2 4 8 16 32 64 128 256 512 1024 2048 4096 --input-len 32 --output-len 8 \
+            --attention-backend triton --cuda-graph-max-bs 512 --mem-fraction-static 0.85 \
+            --result-filename "$W/runs/cost-sglang/$model.jsonl" > "$W/runs/cost-sglang/$model.log" 2>&1
+          echo "cost-sglang $model rc=$?" >> "$W/done"
+        done ;;
       *) echo "unknown job $job" ;;
       esac
     done
