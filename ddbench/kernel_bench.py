@@ -48,6 +48,7 @@ class BenchConfig:
     device: str
     min_seconds: float  # timed replays per stage run at least this long
     seed: int
+    logit_scale: float = 4.0  # draft logits = randn x this: larger is a sharper drafter (deeper, narrower trees)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class CellResult:
     graph_captured: bool | None  # every stage captured in a CUDA graph
     sync_free: bool | None  # an eager round passed set_sync_debug_mode("error")
     mean_nodes: float | None  # mean tree size (sanity: the same for every impl)
+    mean_depth: float | None  # mean depth of the trees' deepest nodes (how chain-like the drafts are)
+    logit_scale: float  # the draft logits' scale (randn x scale)
     note: str  # skips and errors
 
 
@@ -164,7 +167,7 @@ def round_stages(
     logits: torch.Tensor, budget: int, impl: str, target_seed: int
 ) -> tuple[dict[str, Callable[[], object]], torch.Tensor]:
     """The stage closures of one impl on fixed inputs (the round runs all four in order), and the
-    tree sizes [B] of its tree."""
+    sizes [B] and node depths [B, N+1] of its trees."""
     from ddtree_core import draft_topk
     from ddtree_core.tree import build_tree_from_topk
     from ddtree_core.verify import follow_tree
@@ -187,7 +190,7 @@ def round_stages(
         "mask": lambda: mask_fn(tree, roots),
         "walk": lambda: follow_tree(tree, target, impl=impl),
         "round": whole_round,
-    }, tree.num_nodes
+    }, tree.num_nodes, tree.depths
 
 
 def mask_stage(impl: str) -> Callable[[object, torch.Tensor], object]:
@@ -224,7 +227,8 @@ def run_cell(
     """Time one (batch, budget, vocab, impl); any failure becomes the cell's note."""
     logits_bytes = batch * config.length * vocab * 2
     floor = logits_bytes / bandwidth * 1e6 if bandwidth else None
-    base = dict(batch=batch, budget=budget, vocab=vocab, impl=impl, logits_mb=logits_bytes / 1e6, floor_us=floor)
+    base = dict(batch=batch, budget=budget, vocab=vocab, impl=impl, logits_mb=logits_bytes / 1e6, floor_us=floor,
+                logit_scale=config.logit_scale)  # fmt: skip
     if impl == "reference":
         estimate = reference_estimate_seconds(batch, budget, vocab, config.length)
         if estimate > REFERENCE_SECONDS_LIMIT:
@@ -241,8 +245,8 @@ def run_cell(
 def _measure(config: BenchConfig, batch: int, budget: int, vocab: int, impl: str, base: dict) -> CellResult:
     generator = torch.Generator(device=config.device).manual_seed(config.seed + batch * 7919 + vocab)
     shape = (batch, config.length, vocab)
-    logits = (torch.randn(shape, generator=generator, device=config.device) * 4).bfloat16()
-    stages, num_nodes = round_stages(logits, budget, impl, config.seed)
+    logits = (torch.randn(shape, generator=generator, device=config.device) * config.logit_scale).bfloat16()
+    stages, num_nodes, depths = round_stages(logits, budget, impl, config.seed)
     mean_nodes = float(num_nodes.float().mean())
     use_graphs = config.device.startswith("cuda") and impl != "reference"
     timings: dict[str, float | None] = {}
@@ -270,6 +274,7 @@ def _measure(config: BenchConfig, batch: int, budget: int, vocab: int, impl: str
         graph_captured=graph_ok,
         sync_free=sync_free,
         mean_nodes=mean_nodes,
+        mean_depth=float(depths.max(dim=1).values.float().mean()),
         note="; ".join(notes),
     )
 
@@ -381,6 +386,9 @@ def main(
     vocabs: Annotated[str | None, typer.Option(help="Comma list (default 32000,152064).")] = None,
     impls: Annotated[str | None, typer.Option(help="Comma list (default reference,torch,triton).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the draft logits.")] = 0,
+    logit_scale: Annotated[
+        float, typer.Option(help="Draft logits = randn x this (bf16): 4 gives bushy trees, 12 chain-like ones.")
+    ] = 4.0,
 ) -> None:
     """Time the draft-side DDTree round per impl and write the results to --out."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -393,7 +401,10 @@ def main(
         budgets=parse_ints(budgets) or config.budgets,
         vocabs=parse_ints(vocabs) or config.vocabs,
         impls=tuple(impls.split(",")) if impls else config.impls,
+        logit_scale=logit_scale,
     )
+    if not logit_scale > 0:
+        raise typer.BadParameter(f"--logit-scale must be > 0, got {logit_scale}")
     results = run(config, out)
     print_table(results)
 

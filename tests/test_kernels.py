@@ -4,6 +4,7 @@ On a machine without CUDA the kernels run under the Triton interpreter (TRITON_I
 conftest.py before any kernel module is imported); cases too slow for it are marked slow.
 """
 
+import dataclasses
 import random
 
 import pytest
@@ -253,8 +254,14 @@ def test_kernel_bench_smoke(tmp_path):
     assert len(rows) == len(results) == len(config.batches) * len(config.budgets) * len(config.vocabs) * 3
     assert [r.note for r in results if r.note] == []
     for cell in {(r.batch, r.budget, r.vocab) for r in results}:
-        sizes = {r.mean_nodes for r in results if (r.batch, r.budget, r.vocab) == cell}
-        assert len(sizes) == 1, (cell, sizes)  # every impl built the same trees
+        shapes = {(r.mean_nodes, r.mean_depth) for r in results if (r.batch, r.budget, r.vocab) == cell}
+        assert len(shapes) == 1, (cell, shapes)  # every impl built the same trees
+    # a sharper drafter gives deeper trees of the same size
+    sharp = kernel_bench.run(dataclasses.replace(config, impls=("torch",), logit_scale=30.0), tmp_path / "sharp",
+                             echo=lambda line: None)  # fmt: skip
+    flat = {(r.batch, r.budget, r.vocab): r.mean_depth for r in results if r.impl == "torch"}
+    assert all(r.logit_scale == 30.0 and r.mean_depth >= flat[(r.batch, r.budget, r.vocab)] for r in sharp)
+    assert any(r.mean_depth > flat[(r.batch, r.budget, r.vocab)] for r in sharp)
     record = json.loads((tmp_path / "run.json").read_text())
     assert record["environment"]["packages"]["torch"] and len(record["cells"]) == len(rows)
     if DEVICE == "cuda":
