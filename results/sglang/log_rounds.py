@@ -1,6 +1,11 @@
 """Round times from SGLang's own decode log lines (server logs, plain or .gz).
 
     python results/sglang/log_rounds.py results/sglang/h200-2026-11-29b/trace/trace-*.log.gz
+    python results/sglang/log_rounds.py --summary 1,16 results/sglang/h200-2026-11-30/rounds/rounds-*.log.gz
+
+With --summary R1,R2,..: per log, the median ms per round over the lines with exactly R running
+requests (and the interquartile range and line count); lines above 20 ms (a prefill or a CUDA-graph
+capture inside the interval) are left out.
 
 Every `Decode batch` line reports the running requests, the mean accept length (tokens per round,
 bonus included; absent for AR, which emits one token a step) and the generation throughput over the
@@ -11,6 +16,7 @@ of one scheduler round at that batch size, untouched by any client. Lines with t
 
 import gzip
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -31,7 +37,26 @@ def rounds(path: Path) -> list[tuple[int, float, float]]:
     return out
 
 
+def summary(paths: list[str], running: list[int]) -> None:
+    print("| log | " + " | ".join(f"ms per round, {r} running: median (IQR, lines)" for r in running) + " |")
+    print("|---|" + "---|" * len(running))
+    for name in paths:
+        lines = rounds(Path(name))
+        cells = []
+        for count in running:
+            ms = sorted(m for r, _, m in lines if r == count and m <= 20)
+            if len(ms) < 2:
+                cells.append("-" if not ms else f"{ms[0]:.2f} (n=1)")
+                continue
+            low, _, high = statistics.quantiles(ms, n=4)
+            cells.append(f"{statistics.median(ms):.2f} ({low:.2f}-{high:.2f}, n={len(ms)})")
+        print(f"| {Path(name).name} | " + " | ".join(cells) + " |")
+
+
 def main(paths: list[str]) -> None:
+    if paths and paths[0] == "--summary":
+        summary(paths[2:], [int(r) for r in paths[1].split(",")])
+        return
     print("| log | running | accept len | ms per round |")
     print("|---|---|---|---|")
     for name in paths:
