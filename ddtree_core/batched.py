@@ -39,26 +39,35 @@ _INVALID = torch.iinfo(torch.int64).max
 def draft_topk(logits: torch.Tensor, k: int, draft_temperature: float) -> DraftTopK:
     """Top-k scaled logits per row with ties broken by smaller token id, exactly as the host reference.
 
-    torch.topk leaves the order of equal values unspecified, so the tied values at the k-th place are
-    re-chosen by token id (one extra pass over the vocabulary) and the k winners are sorted stably.
+    Values are ranked by an int32 key that orders like the float, -0.0 equal to 0.0 and NaN below -inf
+    (the reference's stable sort puts NaN last). torch.topk leaves the order of equal keys unspecified,
+    so the tied keys at the k-th place are re-chosen by token id (one extra pass over the vocabulary)
+    and the k winners are sorted stably.
     """
     vocab = logits.shape[-1]
     scaled = logits.float() / draft_temperature
-    values, ids = scaled.topk(k, dim=-1)
-    kth = values[..., -1:]
-    num_above = (values > kth).sum(dim=-1, keepdim=True)
+    key = _order_key(scaled)
+    keys, ids = key.topk(k, dim=-1)
+    kth = keys[..., -1:]
+    num_above = (keys > kth).sum(dim=-1, keepdim=True)
     reversed_ids = vocab - torch.arange(vocab, device=logits.device, dtype=torch.int32)
-    tied_keys = torch.where(scaled == kth, reversed_ids, 0).topk(k, dim=-1).values
-    # Tied token ids, ascending; the clamp keeps rows without a finite logit (NaN) in bounds.
-    tied_ids = (vocab - tied_keys).clamp(max=vocab - 1).to(torch.int64)
+    tied_keys = torch.where(key == kth, reversed_ids, 0).topk(k, dim=-1).values
+    tied_ids = (vocab - tied_keys).to(torch.int64)  # tied token ids, ascending
     slot = torch.arange(k, device=logits.device)
     tied = tied_ids.gather(-1, (slot - num_above).clamp(min=0))
     ids = torch.where(slot < num_above, ids, tied)
     ids = ids.sort(dim=-1, stable=True).values
-    values = scaled.gather(-1, ids)
-    order = values.sort(dim=-1, descending=True, stable=True).indices
-    log_probs = values.gather(-1, order) - torch.logsumexp(scaled, dim=-1, keepdim=True)
-    return DraftTopK(log_probs=log_probs, token_ids=ids.gather(-1, order))
+    order = key.gather(-1, ids).sort(dim=-1, descending=True, stable=True).indices
+    ids = ids.gather(-1, order)
+    log_probs = scaled.gather(-1, ids) - torch.logsumexp(scaled, dim=-1, keepdim=True)
+    return DraftTopK(log_probs=log_probs, token_ids=ids)
+
+
+def _order_key(x: torch.Tensor) -> torch.Tensor:
+    """int32 keys of float32 x that order like x: -0.0 == 0.0, NaN below -inf."""
+    bits = (x + 0.0).view(torch.int32)  # + 0.0 turns -0.0 into 0.0
+    key = torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    return torch.where(x.isnan(), torch.iinfo(torch.int32).min, key)
 
 
 def build_tree_from_topk(

@@ -259,3 +259,18 @@ def test_held_chain_stops_at_minus_inf(impl):
     tree = build_tree_from_topk(topk, 3, hold_chain=True, impl=impl)
     assert tree.depths.tolist() == [[0, 1, 1, 1]]
     assert tree.token_ids.tolist() == [[0, 1, 2]]
+
+
+def test_torch_topk_ranks_nan_last_as_the_reference():
+    """NaN logits rank below -inf and -0.0 ties 0.0, in every position of the top-K (all-NaN rows too)."""
+    generator = torch.Generator().manual_seed(4)
+    logits = torch.randn(3, 4, 40, generator=generator).round()
+    logits[torch.rand(logits.shape, generator=generator) < 0.3] = math.nan
+    logits[torch.rand(logits.shape, generator=generator) < 0.2] = -math.inf
+    logits[0, 0] = math.nan
+    logits[1, 1, :20] = -0.0
+    for k in (1, 7, 40):
+        reference, batched = draft_topk(logits, k, impl="reference"), draft_topk(logits, k, impl="torch")
+        assert torch.equal(batched.token_ids, reference.token_ids), k
+        assert torch.equal(batched.log_probs.view(torch.int32), reference.log_probs.view(torch.int32)), k
+    assert draft_topk(logits, 4, impl="torch").token_ids[0, 0].tolist() == [0, 1, 2, 3]
