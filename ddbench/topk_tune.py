@@ -1,15 +1,21 @@
-"""Launch-configuration sweep of the fused Triton top-K (ddtree_core/kernels/topk.py).
+"""Launch-configuration sweep of the Triton top-Ks: the fused kernel (ddtree_core/kernels/topk.py, the default)
+and the group-maxima kernel (topk_radix.py), on the same cells.
 
     python -m ddbench.topk_tune --out results/kernels/topk-h200
     python -m ddbench.topk_tune --out /tmp/tt --smoke          # tiny sizes, CPU under the Triton interpreter
 
-`draft_topk(tile=, chunks=, warps=)` changes only the speed: tile is the logits one program scans per step,
-chunks the vocabulary slices per row (more programs, then a merge kernel), warps those of one scan program.
-For every (batch, vocab, K) cell it times every (tile, chunks, warps) launch and the default heuristic
-("auto") as CUDA-graph replays (CUDA events; host clock on a CPU), checks each launch's lists against the
-default's (ids exactly, log-probs within 1e-5: the logsumexp sums in tile order), and writes cells.csv
-(one row per launch) and best.csv (the fastest per cell next to auto), for tuning `topk._plan` from data.
-Rows are L = 16 draft positions per request, bf16 logits.
+The launch parameters change only the speed. Fused `draft_topk(tile=, chunks=, warps=)`: tile is the logits one
+program scans per step, chunks the vocabulary slices per row (more programs, then a merge kernel), warps those of
+one scan program. Radix `draft_topk(tile=, chunks=, warps=, group=, select_warps=)`: the same three for its scan,
+group the tokens per group maximum, select_warps those of its per-row selection program.
+For every (batch, vocab, K) cell it times, as CUDA-graph replays (CUDA events; host clock on a CPU): the fused
+default ("auto") and every (tile, chunks, warps) launch, then the radix default, every radix (tile, chunks,
+warps) launch with the default group, and every (group, select_warps) launch with the default scan. Each
+launch's lists are checked against the fused default's (ids exactly, log-probs within 1e-5: the logsumexps sum
+in different orders). It writes cells.csv (one row per launch; "" where a parameter does not apply) and best.csv
+(per method and cell: the fastest launch with equal lists, that method's default, and the fused default), for
+tuning `topk._plan` / `topk_radix._plan` and choosing between them from data. Rows are L = 16 draft positions
+per request, bf16 logits.
 """
 
 from __future__ import annotations
@@ -25,7 +31,16 @@ import typer
 from ddbench.kernel_bench import eager_seconds, graph_seconds, parse_ints
 
 LENGTH = 16
-COLUMNS = ("batch", "vocab", "k", "tile", "chunks", "warps", "us", "equal", "note")
+PARAMS = ("tile", "chunks", "warps", "group", "select_warps")
+COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "equal", "note")
+BEST_COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "auto_us", "fused_auto_us")
+
+
+def launches(tiles, chunk_counts, warp_counts, groups, select_warps) -> list[tuple[str, dict]]:
+    """(method, keyword arguments) of every launch of a cell, each method's default ({}) first."""
+    scan = [{"tile": t, "chunks": c, "warps": w} for t in tiles for c in chunk_counts for w in warp_counts]
+    select = [{"group": g, "select_warps": w} for g in groups for w in select_warps]
+    return [("fused", {})] + [("fused", kw) for kw in scan] + [("radix", {})] + [("radix", kw) for kw in scan + select]
 
 
 def run(
@@ -36,36 +51,39 @@ def run(
     tiles: list[int],
     chunk_counts: list[int],
     warp_counts: list[int] = (4,),
+    groups: list[int] = (),
+    select_warps: list[int] = (),
 ) -> list[dict]:
-    from ddtree_core.kernels import topk
+    from ddtree_core.kernels import topk, topk_radix
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    methods = {"fused": topk.draft_topk, "radix": topk_radix.draft_topk}
     rows = []
     for batch in batches:
         for vocab in vocabs:
             logits = torch.randn(batch, LENGTH, vocab, device=device, generator=None).bfloat16() * 4
             for k in ks:
                 expected = topk.draft_topk(logits, k, 1.0)
-                configs = [(None, None, None)] + [(t, c, w) for t in tiles for c in chunk_counts for w in warp_counts]
-                for tile, chunks, warps in configs:
-                    row = {"batch": batch, "vocab": vocab, "k": k, "tile": tile or "auto",
-                           "chunks": chunks or "auto", "warps": warps or "auto"}  # fmt: skip
-                    kwargs = {} if tile is None else {"tile": tile, "chunks": chunks, "warps": warps}
+                for method, kwargs in launches(tiles, chunk_counts, warp_counts, groups, select_warps):
+                    fn = methods[method]
+                    applies = PARAMS if method == "radix" else PARAMS[:3]
+                    row = {"method": method, "batch": batch, "vocab": vocab, "k": k}
+                    row.update({p: kwargs.get(p, "auto") if p in applies else "" for p in PARAMS})
                     try:
-                        got = topk.draft_topk(logits, k, 1.0, **kwargs)
+                        got = fn(logits, k, 1.0, **kwargs)
 
-                        def call(logits=logits, k=k, kwargs=kwargs):
-                            return topk.draft_topk(logits, k, 1.0, **kwargs)
+                        def call(fn=fn, logits=logits, k=k, kwargs=kwargs):
+                            return fn(logits, k, 1.0, **kwargs)
 
                         seconds = (
                             graph_seconds(call, 0.05) if device == "cuda" else eager_seconds(call, 0.0, False)
                         )
-                        # Ids exactly; log-probs to float32 rounding (the logsumexp sums in tile order).
+                        # Ids exactly; log-probs to float32 rounding (the logsumexps sum in different orders).
                         equal = torch.equal(got.token_ids, expected.token_ids) and torch.allclose(
                             got.log_probs, expected.log_probs, rtol=0, atol=1e-5
                         )
                         row.update(us=round(seconds * 1e6, 1), equal=equal, note="")
-                    except Exception as error:  # a pair that cannot launch costs its row only
+                    except Exception as error:  # a launch that fails costs its row only
                         row.update(us="", equal="", note=f"{type(error).__name__}: {str(error)[:80]}")
                     rows.append(row)
                     print(", ".join(f"{key}={row[key]}" for key in COLUMNS if row.get(key) != ""), flush=True)
@@ -73,19 +91,28 @@ def run(
     return rows
 
 
+def _is_default(row: dict) -> bool:
+    return all(row[p] in ("auto", "") for p in PARAMS)
+
+
 def best_rows(rows: list[dict]) -> list[dict]:
-    """Per (batch, vocab, k): the fastest pair with equal lists, and the default's time."""
+    """Per (method, batch, vocab, k): the fastest launch with equal lists, the method's default time and the
+    fused default's."""
     cells: dict[tuple, list[dict]] = {}
     for row in rows:
         cells.setdefault((row["batch"], row["vocab"], row["k"]), []).append(row)
     best = []
     for (batch, vocab, k), group in cells.items():
-        timed = [r for r in group if r["us"] != "" and r["equal"]]
-        auto = next((r["us"] for r in group if r["tile"] == "auto" and r["us"] != ""), "")
-        if timed:
-            fastest = min(timed, key=lambda r: r["us"])
-            best.append({"batch": batch, "vocab": vocab, "k": k, "tile": fastest["tile"], "chunks": fastest["chunks"],
-                         "warps": fastest["warps"], "us": fastest["us"], "auto_us": auto})  # fmt: skip
+        fused_auto = next((r["us"] for r in group if r["method"] == "fused" and _is_default(r) and r["us"] != ""), "")
+        for method in dict.fromkeys(r["method"] for r in group):
+            mine = [r for r in group if r["method"] == method]
+            timed = [r for r in mine if r["us"] != "" and r["equal"]]
+            auto = next((r["us"] for r in mine if _is_default(r) and r["us"] != ""), "")
+            if timed:
+                fastest = min(timed, key=lambda r: r["us"])
+                best.append({"method": method, "batch": batch, "vocab": vocab, "k": k,
+                             **{p: fastest[p] for p in PARAMS}, "us": fastest["us"], "auto_us": auto,
+                             "fused_auto_us": fused_auto})  # fmt: skip
     return best
 
 
@@ -97,7 +124,7 @@ def _write(out: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
     best = best_rows(rows)
     with open(out / "best.csv", "w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=("batch", "vocab", "k", "tile", "chunks", "warps", "us", "auto_us"))
+        writer = csv.DictWriter(stream, fieldnames=BEST_COLUMNS)
         writer.writeheader()
         writer.writerows(best)
 
@@ -111,13 +138,16 @@ def main(
     tiles: Annotated[str, typer.Option(help="Tiles to try (powers of two).")] = "1024,2048,4096",
     chunks: Annotated[str, typer.Option(help="Chunks per row to try.")] = "1,2,4,8,16",
     warps: Annotated[str, typer.Option(help="Warps per scan program to try.")] = "4,8",
+    groups: Annotated[str, typer.Option(help="Tokens per group of the radix kernel to try.")] = "32,64,128",
+    select_warps: Annotated[str, typer.Option(help="Warps per radix selection program to try.")] = "4,8",
 ) -> None:
-    """Time every (tile, chunks, warps) launch of the fused top-K; write cells.csv and best.csv."""
+    """Time every launch of the fused and the radix top-K on the same cells; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    texts = (batches, vocabs, ks, tiles, chunks, warps, groups, select_warps)
     if smoke:
-        batches, vocabs, ks, tiles, chunks, warps = "1,2", "300", "4", "64,128", "1,2", "4"
-    run(out, *(list(parse_ints(text)) for text in (batches, vocabs, ks, tiles, chunks, warps)))
+        texts = ("1,2", "300", "4", "64,128", "1,2", "4", "8", "4")
+    run(out, *(list(parse_ints(text) or ()) for text in texts))  # "" tries none (--groups "")
 
 
 if __name__ == "__main__":

@@ -1,31 +1,55 @@
-"""The top-K launch sweep: every configuration gives the default's lists; best.csv picks the fastest."""
+"""The top-K launch sweep: every launch of both kernels gives the fused default's lists; best.csv picks the
+fastest per method."""
 
 import csv
+
+import pytest
 
 from ddbench import topk_tune
 
 
-def test_sweep_checks_every_configuration_against_the_default(tmp_path):
+@pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # numpy's max of the padding (interpreter)
+def test_sweep_checks_every_launch_of_both_kernels_against_the_fused_default(tmp_path, monkeypatch):
+    monkeypatch.setattr(topk_tune, "LENGTH", 2)  # rows per request: 2 keep the interpreter quick
     rows = topk_tune.run(tmp_path, batches=[1], vocabs=[200], ks=[3], tiles=[64], chunk_counts=[1, 2],
-                         warp_counts=[4, 2])  # fmt: skip
-    assert [(r["tile"], r["chunks"], r["warps"]) for r in rows] == [
-        ("auto", "auto", "auto"), (64, 1, 4), (64, 1, 2), (64, 2, 4), (64, 2, 2)
+                         warp_counts=[4, 2], groups=[8, 16], select_warps=[4])  # fmt: skip
+    assert [(r["method"], *(r[p] for p in topk_tune.PARAMS)) for r in rows] == [
+        ("fused", "auto", "auto", "auto", "", ""),
+        ("fused", 64, 1, 4, "", ""), ("fused", 64, 1, 2, "", ""),
+        ("fused", 64, 2, 4, "", ""), ("fused", 64, 2, 2, "", ""),
+        ("radix", "auto", "auto", "auto", "auto", "auto"),
+        ("radix", 64, 1, 4, "auto", "auto"), ("radix", 64, 1, 2, "auto", "auto"),
+        ("radix", 64, 2, 4, "auto", "auto"), ("radix", 64, 2, 2, "auto", "auto"),
+        ("radix", "auto", "auto", "auto", 8, 4), ("radix", "auto", "auto", "auto", 16, 4),
     ]  # fmt: skip
-    assert all(r["equal"] is True and r["us"] > 0 for r in rows)
+    assert all(r["equal"] is True and r["us"] > 0 for r in rows), [r["note"] for r in rows]
     with open(tmp_path / "best.csv") as stream:
-        (best,) = list(csv.DictReader(stream))
-    fastest = min(rows, key=lambda r: r["us"])
-    expected = (str(fastest["tile"]), str(fastest["chunks"]), str(fastest["warps"]), fastest["us"])
-    assert (best["tile"], best["chunks"], best["warps"], float(best["us"])) == expected
+        best = list(csv.DictReader(stream))
+    assert [b["method"] for b in best] == ["fused", "radix"]
+    for b in best:
+        mine = [r for r in rows if r["method"] == b["method"]]
+        fastest = min(mine, key=lambda r: r["us"])
+        assert [b[p] for p in topk_tune.PARAMS] == [str(fastest[p]) for p in topk_tune.PARAMS]
+        times = (float(b["us"]), float(b["auto_us"]), float(b["fused_auto_us"]))
+        assert times == (fastest["us"], mine[0]["us"], rows[0]["us"])
 
 
-def test_best_ignores_unequal_or_failed_configurations():
+def test_best_ignores_unequal_or_failed_launches():
+    def row(method, tile, chunks, warps, group, us, equal):
+        return {"method": method, "batch": 1, "vocab": 9, "k": 2, "tile": tile, "chunks": chunks, "warps": warps,
+                "group": group, "select_warps": "" if group == "" else "auto", "us": us, "equal": equal}  # fmt: skip
+
     rows = [
-        {"batch": 1, "vocab": 9, "k": 2, "tile": "auto", "chunks": "auto", "warps": "auto", "us": 5.0, "equal": True},
-        {"batch": 1, "vocab": 9, "k": 2, "tile": 64, "chunks": 1, "warps": 4, "us": 1.0, "equal": False},
-        {"batch": 1, "vocab": 9, "k": 2, "tile": 128, "chunks": 2, "warps": 4, "us": "", "equal": ""},
-        {"batch": 1, "vocab": 9, "k": 2, "tile": 128, "chunks": 1, "warps": 8, "us": 3.0, "equal": True},
+        row("fused", "auto", "auto", "auto", "", 5.0, True),
+        row("fused", 64, 1, 4, "", 1.0, False),
+        row("fused", 128, 2, 4, "", "", ""),
+        row("fused", 128, 1, 8, "", 3.0, True),
+        row("radix", "auto", "auto", "auto", "auto", 4.0, True),
+        row("radix", "auto", "auto", "auto", 32, 2.0, True),
     ]
     assert topk_tune.best_rows(rows) == [
-        {"batch": 1, "vocab": 9, "k": 2, "tile": 128, "chunks": 1, "warps": 8, "us": 3.0, "auto_us": 5.0}
-    ]
+        {"method": "fused", "batch": 1, "vocab": 9, "k": 2, "tile": 128, "chunks": 1, "warps": 8, "group": "",
+         "select_warps": "", "us": 3.0, "auto_us": 5.0, "fused_auto_us": 5.0},
+        {"method": "radix", "batch": 1, "vocab": 9, "k": 2, "tile": "auto", "chunks": "auto", "warps": "auto",
+         "group": 32, "select_warps": "auto", "us": 2.0, "auto_us": 4.0, "fused_auto_us": 5.0},
+    ]  # fmt: skip

@@ -2,6 +2,8 @@
 
 - `topk.draft_topk`: the drafter's top-K lists in one read of the logits (twin of
   `tree.draft_topk(impl="reference")`: token ids equal, log-probs to the rounding of the logsumexp).
+- `topk_radix.draft_topk`: the same lists from group maxima (one full read, then K groups read back), for large
+  batches; not dispatched yet: `python -m ddbench.topk_tune` times it beside `topk`.
 - `tree_build.build_tree_from_topk`: the draft trees of a batch from their top-K lists
   (twin of `tree.build_tree_from_topk(impl="reference")`, equal field by field).
 - `tree_walk.follow_tree`: the verification walk (twin of `verify.follow_tree`).

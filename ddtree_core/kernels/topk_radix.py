@@ -1,0 +1,332 @@
+"""Triton top-K of draft logits for many long rows: group maxima first, then a small exact selection.
+
+The twin of `batched.draft_topk` beside `topk.draft_topk` (same contract, same outputs), built for large
+batches (rows x vocabulary of 10**8 and more), where the fused kernel's per-row list upkeep costs several
+reads' worth of time. The logits are read once in full and then only where the winners can be.
+
+Contract (tree.py): tokens ranked by logit / draft_temperature in float32, equal values smaller token id
+first, K of them best first; log-probs are those values minus the row's logsumexp. Values are ranked by
+topk.py's int32 order key (-0.0 equal to 0.0, NaN below -inf); a token is the int64 entry
+key << 32 | (2**31 - 1 - id), so entries order like (value desc, id asc).
+
+Kernel 1, one program per (row, vocabulary chunk), streams its chunk and writes, for every group of G
+consecutive tokens, the group's largest key (int64 key << 32 | group index, in group order) and, per
+chunk, the (max, exp-sum) pair of the logsumexp. It keeps no other state (no list, no branch on the
+values): a straight read of the logits.
+Kernel 2, one program per row:
+  - selects the K best groups by (group max desc, group index asc), a radix selection over V / G keys
+    (topk._select_top), and tau, the smallest chosen group max;
+  - reads the chosen groups again (K * G tokens, in id order) and keeps the tokens whose key reaches
+    the floor, at first tau, in a list that shrinks to its K best when it outgrows `soft`
+    (topk._shrink, which raises the floor);
+  - selects the K best of the list, merges the chunks' (max, exp-sum) pairs and writes the K winners
+    best first (topk._write_ranked).
+G near sqrt(V / K) balances the two costs of kernel 2: V / G group keys to select from, K * G tokens to
+read back (G = 64 for V = 152064 and K = 64).
+
+Why the K best groups hold the K best tokens: let token e of group h not be among the chosen groups.
+Every chosen group j beats h: its max is larger than h's, or equal with j < h. Its best token beats e:
+it is larger than e, or equal to e's value and (group j lies before group h) of a smaller id. These
+are K distinct tokens, so e is not among the K best. Each chosen group's best token reaches tau, so
+the K-th best value does too, and dropping tokens below tau keeps every winner.
+
+Worked example, K = 2, G = 2, logits of ids 0..7: 1 3 | 3 0 | 2 3 | 5 1:
+    group maxima 3 3 3 5: the best two are group 3 (5) and group 0 (3, index 0 before 1 and 2); tau = 3
+    read back ids 0 1 6 7, keep keys >= tau: id 1 (3.0), id 6 (5.0)
+    ranked: id 6 (5.0), id 1 (3.0); ids 2 and 5, also 3.0, lose to id 1 as in the reference.
+
+Exactness: ids equal the reference's for every input, ties, -inf and NaN included (the argument above;
+the list keeps id order, as topk.py's selection helpers need). Kernel 1 takes a group's maximum as a
+float maximum that ignores NaN (maxnum on the GPU, numpy's nanmax under the interpreter; padding lanes
+are NaN), which is NaN only for a group of NaN: the key of that maximum is the group's largest key.
+Log-probs differ from the reference only by the rounding of the logsumexp, as topk.py's do (on the GPU
+its exps are ex2.approx.ftz; tests/test_kernels_topk.py states the tolerance).
+
+Scaling: as topk.py (logits.float() / draft_temperature: a float32 division on the CPU, a multiply by
+the float32 reciprocal on CUDA), in both kernels, so that values are bit-equal and ties stay ties.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from ddtree_core.kernels.topk import (
+    _FLT_MAX,
+    _NINF_KEY,
+    _compact_top,
+    _entry,
+    _key_value,
+    _logsumexp,
+    _order_key,
+    _select_top,
+    _shrink,
+    _write_ranked,
+)
+from ddtree_core.tree import DraftTopK
+
+MAX_K = 1024  # larger k takes the torch path (batched.draft_topk), which gives the same result
+_TILE = 2048  # default logits per tile of kernel 1
+_BLOCK = 1024  # at most this many tokens read back, or group entries held, per step of kernel 2
+_PAD_KEY = tl.constexpr(-2147483648)  # key of no token (padding lanes): below NaN's key
+
+
+@triton.jit
+def _scale(x, scale, DIVIDE: tl.constexpr):
+    """x / draft_temperature as torch computes it on the device (see Scaling)."""
+    if DIVIDE:
+        return x / scale
+    else:
+        return x * scale
+
+
+@triton.jit
+def _exp(y, FAST: tl.constexpr):
+    """exp(y); FAST (CUDA): one ex2.approx.ftz, whose denormal results flush to 0 (nothing in an exp-sum
+    that holds exp(0) = 1)."""
+    if FAST:
+        return tl.inline_asm_elementwise(
+            "ex2.approx.ftz.f32 $0, $1;", "=f,f", [y * 1.4426950408889634], dtype=tl.float32, is_pure=True, pack=1
+        )
+    else:
+        return tl.exp(y)
+
+
+@triton.jit
+def _scan_tile(
+    raw, valid, m, s, scale,
+    GT: tl.constexpr, G: tl.constexpr, DIVIDE: tl.constexpr, FAST: tl.constexpr, MASKED: tl.constexpr,
+):  # fmt: skip
+    """One tile of GT * G logits (masked lanes NaN): the group maxima [GT] as keys of scaled values, and
+    the running (max m, exp-sum s) of each group slot [GT] (per slot: no step reduces across warps).
+
+    tl.max of floats ignores NaN (NaN only for a group of NaN) and scaling by a positive number is
+    monotone (NaN stays NaN, -0.0 and 0.0 stay equal), so the key of the scaled float maximum is the
+    largest key of the group's scaled values: only the maxima are scaled and keyed."""
+    x = tl.reshape(raw, [GT, G]).to(tl.float32)
+    group_max = _order_key(_scale(tl.max(x, 1), scale, DIVIDE))
+    new_m = tl.maximum(m, _key_value(tl.maximum(group_max, _NINF_KEY)))
+    term = _exp(_scale(x, scale, DIVIDE) - new_m[:, None], FAST)
+    if MASKED:
+        term = tl.where(tl.reshape(valid, [GT, G]), term, 0.0)
+    s = s * _exp(m - new_m, FAST) + tl.sum(term, 1)
+    return group_max, new_m, s
+
+
+@triton.jit
+def _group_entry(group_max, index):
+    """int64 group entries: key << 32 | group index (the selection reads the key, the gather the index)."""
+    return (group_max.to(tl.int64) << 32) | index.to(tl.int64)
+
+
+@triton.jit(do_not_specialize=["vocab", "n_groups"])
+def _scan_kernel(
+    logits_ptr,  # [R, V] bf16/fp16/fp32, unit stride along V
+    row_stride,  # elements between rows
+    vocab,  # V
+    chunk_len,  # logits per chunk (a multiple of TILE); program (r, c) scans [c * chunk_len, ...)
+    scale,  # float32: draft_temperature (DIVIDE) or its float32 reciprocal
+    group_ptr,  # [R, n_groups] int64 out: every group's entry, in group order
+    n_groups,  # cdiv(V, G)
+    stat_ptr,  # [R, chunks, 2] float32 out: each chunk's (max, sum of exp(x - max))
+    TILE: tl.constexpr,  # logits per tile (a power of two, a multiple of G)
+    G: tl.constexpr,  # tokens per group (a power of two)
+    DIVIDE: tl.constexpr,  # scale by division (torch on the CPU), else by the reciprocal (CUDA)
+    FAST: tl.constexpr,  # exp by ex2.approx.ftz (CUDA), else tl.exp
+):
+    GT: tl.constexpr = TILE // G
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
+    start = chunk * chunk_len
+    length = tl.minimum(chunk_len, vocab - start)
+    src = logits_ptr + row.to(tl.int64) * row_stride + start
+    first_group = start // G
+    dst = group_ptr + row.to(tl.int64) * n_groups + first_group
+    offs = tl.arange(0, TILE)
+    slots = tl.arange(0, GT)
+    s = tl.zeros([GT], dtype=tl.float32)
+    m = s - _FLT_MAX  # a finite start: exp(x - m) is 0, not NaN, for x = -inf
+    full = length // TILE
+    raw = tl.load(src + offs, mask=offs < length, other=0.0)
+    t = row * 0
+    while t < full:
+        ahead = tl.load(src + tl.minimum(t + 1, full - 1) * TILE + offs)  # the next tile, in flight meanwhile
+        group_max, m, s = _scan_tile(raw, offs < TILE, m, s, scale, GT, G, DIVIDE, FAST, False)
+        tl.store(dst + t * GT + slots, _group_entry(group_max, first_group + t * GT + slots))
+        raw = ahead
+        t += 1
+    tail = full * TILE
+    if tail < length:
+        raw = tl.load(src + tail + offs, mask=tail + offs < length, other=float("nan"))
+        group_max, m, s = _scan_tile(raw, tail + offs < length, m, s, scale, GT, G, DIVIDE, FAST, True)
+        slot = full * GT + slots
+        tl.store(dst + slot, _group_entry(group_max, first_group + slot), mask=slot * G < length)
+    program = row * tl.num_programs(1) + chunk
+    chunk_max = tl.max(m, 0)
+    tl.store(stat_ptr + program * 2, chunk_max)
+    tl.store(stat_ptr + program * 2 + 1, tl.sum(s * tl.exp(m - chunk_max), 0))
+
+
+@triton.jit
+def _chunks_logsumexp(stat_ptr, chunks, CP: tl.constexpr):
+    """The row's logsumexp from its chunks' (max, exp-sum) pairs at stat_ptr."""
+    c = tl.arange(0, CP)
+    chunk_max = tl.load(stat_ptr + c * 2, mask=c < chunks, other=-_FLT_MAX)
+    chunk_sum = tl.load(stat_ptr + c * 2 + 1, mask=c < chunks, other=0.0)
+    m = tl.max(chunk_max, 0)
+    return _logsumexp(m, tl.sum(chunk_sum * tl.exp(chunk_max - m), 0))
+
+
+@triton.jit(do_not_specialize=["vocab", "n_groups", "chunks", "k", "soft"])
+def _select_kernel(
+    logits_ptr,  # [R, V] as for _scan_kernel
+    row_stride,  # elements between rows
+    vocab,  # V
+    scale,  # as for _scan_kernel
+    group_ptr,  # [R, n_groups] int64: _scan_kernel's group entries; the chosen K move to the front
+    n_groups,  # cdiv(V, G)
+    stat_ptr,  # [R, chunks, 2] float32: _scan_kernel's chunk pairs
+    chunks,  # chunks per row
+    k,  # K <= V
+    soft,  # the token list shrinks to K when longer than this (>= 2K)
+    cand_ptr,  # [R, soft + GATHER] int64 scratch: the kept tokens' entries, in id order
+    lp_out,  # [R, K] float32: log-probs, best first
+    ids_out,  # [R, K] int64: token ids, best first
+    G: tl.constexpr,  # tokens per group
+    GATHER: tl.constexpr,  # tokens read back per step (a power of two)
+    CP: tl.constexpr,  # next_pow2(chunks)
+    GBLOCK: tl.constexpr,  # group entries per block of the group selection (the first block stays in registers)
+    CBLOCK: tl.constexpr,  # token entries per block of the token selection (next_pow2(soft))
+    LOG_BINS: tl.constexpr,  # radix digit bits
+    KP: tl.constexpr,  # next_pow2(K)
+    DIVIDE: tl.constexpr,  # as for _scan_kernel
+):
+    row = tl.program_id(0)
+    lse = _chunks_logsumexp(stat_ptr + row * chunks * 2, chunks, CP)
+    groups = group_ptr + row.to(tl.int64) * n_groups
+    floor = row * 0 + _PAD_KEY  # with at most K groups every token is a candidate
+    if n_groups > k:
+        top, bottom, left = _select_top(groups, n_groups, k, GBLOCK, LOG_BINS)
+        _, floor = _compact_top(groups, n_groups, top, bottom, left, groups, GBLOCK)  # floor = tau
+        tl.debug_barrier()
+    total = tl.minimum(n_groups, k) * G  # tokens of the chosen groups
+    src = logits_ptr + row.to(tl.int64) * row_stride
+    cand = cand_ptr + row.to(tl.int64) * (soft + GATHER)
+    offs = tl.arange(0, GATHER)
+    n = row * 0
+    b0 = row * 0
+    while b0 < total:
+        inside = b0 + offs < total
+        group = tl.load(groups + (b0 + offs) // G, mask=inside, other=0) & 0xFFFFFFFF
+        ids = group.to(tl.int32) * G + (b0 + offs) % G
+        valid = inside & (ids < vocab)
+        key = _order_key(_scale(tl.load(src + ids, mask=valid, other=0.0).to(tl.float32), scale, DIVIDE))
+        live = valid & (key >= floor)
+        tl.store(cand + n + tl.cumsum(live.to(tl.int32), 0) - 1, _entry(key, ids), mask=live)
+        n += tl.sum(live.to(tl.int32), 0)
+        if n > soft:
+            n, floor = _shrink(cand, n, k, floor, CBLOCK, LOG_BINS)
+        b0 += GATHER
+    tl.debug_barrier()
+    if n > k:  # n <= soft: one block
+        top, bottom, left = _select_top(cand, n, k, CBLOCK, LOG_BINS)
+        _compact_top(cand, n, top, bottom, left, cand, CBLOCK)
+        tl.debug_barrier()
+    _write_ranked(cand, k, lse, lp_out + row * k, ids_out + row * k, KP)
+
+
+def draft_topk(
+    logits: torch.Tensor,
+    k: int,
+    draft_temperature: float,
+    *,
+    tile: int | None = None,
+    chunks: int | None = None,
+    group: int | None = None,
+    warps: int = 4,
+    select_warps: int = 8,
+) -> DraftTopK:
+    """Top-k of `logits` [..., V] per row, equal to `tree.draft_topk(impl="reference")` (ids exactly).
+
+    tile: logits per tile of the scan (a power of two, at least `group`); chunks: vocabulary chunks per row
+    of the scan; group: tokens per group (a power of two >= 2); warps / select_warps: per program of kernel
+    1 / 2. They change only the speed (defaults: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph
+    capturable.
+    """
+    *lead, vocab = logits.shape
+    if not 1 <= k <= vocab or vocab >= 2**31 - 1:
+        raise ValueError(f"need 1 <= k <= vocab < 2**31 - 1, got k={k}, vocab={vocab}")
+    for name, value in (("tile", tile), ("group", group)):
+        if value is not None and (value < 2 or value & (value - 1)):
+            raise ValueError(f"{name} must be a power of two >= 2, got {value}")
+    if tile is not None and group is not None and tile < group:
+        raise ValueError(f"tile ({tile}) must be at least group ({group})")
+    if k > MAX_K:
+        from ddtree_core import batched
+
+        return batched.draft_topk(logits, k, draft_temperature)
+    rows = logits.reshape(-1, vocab)
+    if rows.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        rows = rows.float()
+    if rows.stride(1) != 1:
+        rows = rows.contiguous()
+    log_probs = torch.empty((rows.shape[0], k), dtype=torch.float32, device=rows.device)
+    token_ids = torch.empty((rows.shape[0], k), dtype=torch.int64, device=rows.device)
+    if rows.shape[0] > 0:
+        plan = _plan(rows, k, tile, chunks, group)
+        _launch(rows, k, draft_temperature, plan, (warps, select_warps), log_probs, token_ids)
+    return DraftTopK(log_probs=log_probs.view(*lead, k), token_ids=token_ids.view(*lead, k))
+
+
+def _plan(rows: torch.Tensor, k: int, tile: int | None, chunks: int | None, group: int | None) -> tuple:
+    """(tile, chunk_len, chunks, group): the given values, else group = the power of two nearest
+    sqrt(V / K) in [8, 256] (at most the tile), tiles of 2048 (fewer for a short row), and chunks enough
+    for about 16 scan programs per SM, each at least one tile long."""
+    num_rows, vocab = rows.shape
+    if group is None:
+        group = min(2 ** min(8, max(3, round(math.log2(math.sqrt(vocab / k))))), tile or _TILE)
+    if tile is None:
+        tile = max(group, min(_TILE, triton.next_power_of_2(vocab)))
+    if chunks is None:
+        device = rows.device
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+        chunks = triton.cdiv(16 * sms, num_rows)
+    chunks = max(1, min(chunks, triton.cdiv(vocab, tile)))
+    chunk_len = triton.cdiv(triton.cdiv(vocab, chunks), tile) * tile
+    return tile, chunk_len, triton.cdiv(vocab, chunk_len), group
+
+
+def _interpreted() -> bool:
+    """Whether Triton runs kernels under its interpreter, which runs no PTX (the inline ex2)."""
+    knobs = getattr(triton, "knobs", None)  # Triton >= 3.4; before, the variable itself
+    return knobs.runtime.interpret if knobs is not None else os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _launch(rows, k, draft_temperature, plan, warps, log_probs, token_ids) -> None:
+    tile, chunk_len, chunks, group = plan
+    num_rows, vocab = rows.shape
+    device = rows.device
+    n_groups = triton.cdiv(vocab, group)
+    soft = max(2 * k, 256)
+    gather = min(_BLOCK, triton.next_power_of_2(min(k, n_groups) * group))
+    groups = torch.empty((num_rows, n_groups), dtype=torch.int64, device=device)
+    stats = torch.empty((num_rows, chunks, 2), dtype=torch.float32, device=device)
+    cand = torch.empty((num_rows, soft + gather), dtype=torch.int64, device=device)
+    divide = device.type == "cpu"
+    scale = float(np.float32(draft_temperature)) if divide else float(np.float32(1) / np.float32(draft_temperature))
+    fast = not divide and not _interpreted()
+    _scan_kernel[(num_rows, chunks)](
+        rows, rows.stride(0), vocab, chunk_len, scale, groups, n_groups, stats,
+        TILE=tile, G=group, DIVIDE=divide, FAST=fast, num_warps=warps[0],
+    )  # fmt: skip
+    _select_kernel[(num_rows,)](
+        rows, rows.stride(0), vocab, scale, groups, n_groups, stats, chunks, k, soft, cand, log_probs, token_ids,
+        G=group, GATHER=gather, CP=triton.next_power_of_2(chunks), GBLOCK=min(_BLOCK, triton.next_power_of_2(n_groups)),
+        CBLOCK=triton.next_power_of_2(soft), LOG_BINS=6, KP=triton.next_power_of_2(k), DIVIDE=divide,
+        num_warps=warps[1],
+    )  # fmt: skip

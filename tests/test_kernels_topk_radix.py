@@ -1,0 +1,163 @@
+"""The group-maxima Triton top-k (ddtree_core/kernels/topk_radix.py) against the host reference.
+
+Token ids must be identical; log-probs agree to test_kernels_topk.LOG_PROB_TOL (the logsumexp sums per
+group slot and chunk; on the GPU with ex2.approx.ftz). Small groups, tiles and explicit chunk counts make
+small vocabularies run every path: the selection of K groups (more groups than K) and taking all groups
+(at most K), shrinks of the token list (equal rows fill the chosen groups), partial last groups, tiles
+and chunks, NaN-only groups, ranking by counting (K <= 64) and by tl.sort.
+"""
+
+from unittest import mock
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from test_kernels_topk import DEVICE, assert_topk_equal, make_logits  # noqa: E402
+from trees import capture_cuda_graph, needs_cuda  # noqa: E402
+
+from ddtree_core import DraftTopK, batched  # noqa: E402
+from ddtree_core.kernels import topk_radix  # noqa: E402
+from ddtree_core.tree import draft_topk  # noqa: E402
+
+# numpy (the interpreter) warns on log(0), inf - inf and all-NaN maxima; the GPU gives the same -inf/NaN
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning"),
+]
+
+
+def radix_logits(kind: str, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    """test_kernels_topk's kinds, plus rows that are constant, ascending (the winners in the last groups
+    and chunk), mostly -inf (K reaches the tied -inf) and all NaN."""
+    vocab = shape[-1]
+    if kind == "equal":
+        return torch.full(shape, 0.25)
+    if kind == "ascending":
+        return (torch.arange(vocab) / 8.0).expand(shape).contiguous()
+    if kind == "mostly_ninf":
+        logits = torch.full(shape, float("-inf"))
+        logits[..., 1::97] = torch.randn(logits[..., 1::97].shape, generator=generator)
+        return logits
+    if kind == "all_nan":
+        return torch.full(shape, float("nan"))
+    return make_logits(kind, shape, generator)
+
+
+def test_worked_example_from_the_module_docstring():
+    logits = torch.tensor([[[1.0, 3.0, 3.0, 0.0, 2.0, 3.0, 5.0, 1.0]]], device=DEVICE)
+    out = topk_radix.draft_topk(logits, 2, 1.0, group=2, tile=4, chunks=1)
+    assert out.token_ids.tolist() == [[[6, 1]]]
+    expected = torch.tensor([5.0, 3.0], device=DEVICE) - torch.logsumexp(logits[0, 0], 0)
+    torch.testing.assert_close(out.log_probs[0, 0], expected, rtol=1e-6, atol=8e-6)
+
+
+CASES = [
+    # kind, shape, k, draft_temperature, tile, chunks, group
+    ("randn", (2, 3, 300), 5, 1.0, 64, 1, 8),
+    ("randn", (1, 2, 1000), 20, 0.7, 64, 3, 8),
+    ("bf16", (2, 2, 1000), 17, 1.0, 64, 3, 16),
+    ("bf16", (1, 2, 700), 300, 1.3, 64, 2, 2),  # ranked by tl.sort
+    ("fp16", (1, 2, 500), 64, 1.0, 32, 4, 4),
+    ("ties", (1, 3, 500), 40, 1.0, 64, 2, 8),
+    ("equal", (1, 2, 3000), 64, 1.0, 256, 2, 8),  # 512 equal tokens read back: the list shrinks
+    ("inf", (2, 2, 400), 30, 1.0, 64, 3, 4),
+    ("mostly_ninf", (1, 2, 600), 20, 1.0, 64, 2, 4),  # K reaches the tied -inf
+    ("sharp", (1, 4, 600), 8, 0.5, 64, 1, 16),  # the winners crowd two groups
+    ("ascending", (1, 2, 2000), 50, 1.0, 128, 3, 8),
+    ("signed_zeros", (1, 2, 300), 50, 1.0, 32, 2, 2),
+    ("nan", (1, 2, 300), 20, 1.0, 32, 2, 2),  # groups of NaN
+    ("nan", (1, 2, 300), 290, 1.0, 64, 2, 2),  # k reaches the NaNs, which rank last; all groups
+    ("all_nan", (1, 1, 300), 5, 1.0, 64, 2, 8),
+    ("all_inf", (1, 2, 100), 7, 1.0, 16, 2, 4),
+    ("bf16", (1, 2, 100), 100, 1.0, 16, 3, 2),  # k = V
+    ("randn", (1, 1, 50), 1, 1.0, 16, 2, 4),  # k = 1
+    ("ties", (1, 1, 1500), 1024, 1.0, 256, 1, 2),  # k = MAX_K
+    ("fp64", (1, 2, 200), 10, 1.0, 64, 2, 8),
+    ("bf16", (1, 2, 5000), 40, 0.9, None, None, None),  # the default plan
+    ("bf16", (1, 1, 152064), 64, 1.0, None, None, None),  # the benchmark vocabulary, default plan
+]
+SLOW_CASES = [
+    ("bf16", (1, 16, 152064), 64, 1.0, None, None, None),
+    ("randn", (4, 16, 32000), 256, 0.8, 2048, None, None),
+    ("bf16", (2, 2, 152064), 1024, 1.0, 2048, 2, None),
+    ("equal", (1, 2, 152064), 64, 1.0, None, None, 256),
+]
+
+
+def _case_id(case) -> str:
+    kind, shape, k, temp, tile, chunks, group = case
+    return f"{kind}-{'x'.join(map(str, shape))}-k{k}-T{temp}-tile{tile}-c{chunks}-g{group}"
+
+
+@pytest.mark.parametrize("case", CASES + [pytest.param(c, marks=pytest.mark.slow) for c in SLOW_CASES], ids=_case_id)
+def test_topk_equals_reference(case):
+    kind, shape, k, temperature, tile, chunks, group = case
+    logits = radix_logits(kind, shape, torch.Generator().manual_seed(shape[-1] + k)).to(DEVICE)
+    ref = draft_topk(logits, k, draft_temperature=temperature, impl="reference")
+    out = topk_radix.draft_topk(logits, k, temperature, tile=tile, chunks=chunks, group=group)
+    assert_topk_equal(out, ref)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="patches a jit function, which only the interpreter calls")
+def test_equal_rows_shrink_the_token_list():
+    logits = radix_logits("equal", (1, 1, 3000), torch.Generator())
+    with mock.patch.object(topk_radix, "_shrink", wraps=topk_radix._shrink) as shrink:
+        out = topk_radix.draft_topk(logits, 64, 1.0, group=8, tile=256, chunks=2)
+    assert shrink.call_count == 1  # 64 groups of 8 equal tokens: 512 > soft = 256
+    assert out.token_ids.tolist() == [[list(range(64))]]
+
+
+def test_leading_dims_and_strided_inputs():
+    wide = make_logits("bf16", (2, 3, 520), torch.Generator().manual_seed(2)).to(DEVICE)
+    strided = wide.transpose(1, 2).contiguous().transpose(1, 2)  # stride 3 along V: the rows are copied
+    for logits in (wide[0, 0, :500], wide[:, :, :500], wide[..., ::2], strided):  # [V], rows 520 apart, ...
+        out = topk_radix.draft_topk(logits, 33, 1.0, group=8, tile=64, chunks=2)
+        assert out.token_ids.shape == logits.shape[:-1] + (33,)
+        ref = draft_topk(logits.reshape(1, -1, logits.shape[-1]), 33, impl="reference")
+        flat = DraftTopK(out.log_probs.view(ref.log_probs.shape), out.token_ids.view(ref.token_ids.shape))
+        assert_topk_equal(flat, ref)
+
+
+def test_k_above_max_k_takes_the_torch_path():
+    logits = make_logits("ties", (1, 1, topk_radix.MAX_K + 40), torch.Generator().manual_seed(1)).to(DEVICE)
+    with mock.patch.object(batched, "draft_topk", wraps=batched.draft_topk) as torch_path:
+        out = topk_radix.draft_topk(logits, topk_radix.MAX_K + 1, 1.0)
+    assert torch_path.call_count == 1
+    assert_topk_equal(out, draft_topk(logits, topk_radix.MAX_K + 1, impl="reference"))
+
+
+def test_empty_batch_and_bad_arguments():
+    out = topk_radix.draft_topk(torch.zeros(0, 4, 50, device=DEVICE), 3, 1.0)
+    assert out.token_ids.shape == out.log_probs.shape == (0, 4, 3)
+    logits = torch.zeros(1, 2, 50, device=DEVICE)
+    for bad in ({"tile": 48}, {"group": 1}, {"group": 12}, {"tile": 8, "group": 16}):
+        with pytest.raises(ValueError, match="tile|group"):
+            topk_radix.draft_topk(logits, 3, 1.0, **bad)
+    with pytest.raises(ValueError, match="k"):
+        topk_radix.draft_topk(logits, 51, 1.0)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize(
+    "kind, batch, k, temperature", [("bf16", 64, 64, 1.0), ("bf16", 8, 256, 0.7), ("nan", 4, 64, 1.0)]
+)
+def test_benchmark_shapes_on_cuda(kind, batch, k, temperature):
+    """1024 rows of vocabulary 152064 with the default plan; 0.7 checks the reciprocal scaling of CUDA,
+    "nan" that the GPU's float maximum of a group ignores NaN as the interpreter's does."""
+    logits = make_logits(kind, (batch, 16, 152064), torch.Generator().manual_seed(batch)).bfloat16().cuda()
+    ref = draft_topk(logits, k, draft_temperature=temperature, impl="reference")
+    assert_topk_equal(topk_radix.draft_topk(logits, k, temperature), ref)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_captures_in_a_cuda_graph_without_syncs():
+    logits = make_logits("bf16", (4, 16, 32000), torch.Generator().manual_seed(3)).cuda()
+    graph, out = capture_cuda_graph(lambda: topk_radix.draft_topk(logits, 64, 1.0))
+    logits.copy_(make_logits("bf16", (4, 16, 32000), torch.Generator().manual_seed(4)).cuda())
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_topk_equal(out, draft_topk(logits, 64, impl="reference"))
