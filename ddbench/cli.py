@@ -447,6 +447,9 @@ def serve(
     budget: Annotated[int, typer.Option(help="DDTree node budget (per-request custom_params override it).")] = 64,
     max_depth: Annotated[int | None, typer.Option(help="DDTree depth limit (default: block size - 1).")] = None,
     draft_temperature: Annotated[float, typer.Option(help="DDTree draft temperature.")] = 1.0,
+    hold_chain: Annotated[
+        bool, typer.Option(help="DDTree trees hold the drafter's rank-0 chain first (requests may override).")
+    ] = False,
     log: Annotated[Path, typer.Option(help="Server log file.")] = Path("results/serve/server.log"),
     server_arg: Annotated[list[str] | None, typer.Option(help="Extra server argument, repeatable.")] = None,
 ) -> None:
@@ -463,7 +466,7 @@ def serve(
             draft = draft or str(testbed.DRAFTER_DIR)
         if method != "ar" and not draft:
             raise DDBenchError(f"method {method} needs a drafter (--draft)")
-        launch = LaunchSettings(budget, max_depth, draft_temperature) if method == "ddtree" else None
+        launch = LaunchSettings(budget, max_depth, draft_temperature, hold_chain) if method == "ddtree" else None
         extra = tuple(server_arg or ())
         spec = ServerSpec(engine, method, model, draft, parse_gpus(gpus), tp, launch, extra_args=extra)
         with Server(spec, log, port=port) as server:

@@ -44,6 +44,7 @@ class LaunchSettings:
     budget: int  # node budget, or the largest budget the server must accept per request
     max_depth: int | None  # None: the drafter's block size - 1
     draft_temperature: float
+    hold_chain: bool = False  # trees hold the drafter's rank-0 chain first (the server's default for requests)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class ServerSpec:
             command += ["--draft-temperature", str(self.launch.draft_temperature)]
             if self.launch.max_depth is not None:
                 command += ["--max-depth", str(self.launch.max_depth)]
+            if self.launch.hold_chain:
+                command += ["--hold-chain"]
         return command + list(self.extra_args)
 
     def _sglang_command(self, port: int) -> list[str]:
@@ -98,6 +101,8 @@ class ServerSpec:
             env["SGLANG_DDTREE_DRAFT_TEMPERATURE"] = str(self.launch.draft_temperature)
             if self.launch.max_depth is not None:
                 env["SGLANG_DDTREE_MAX_DEPTH"] = str(self.launch.max_depth)
+            if self.launch.hold_chain:
+                env["SGLANG_DDTREE_HOLD_CHAIN"] = "1"
         return env
 
     @property
@@ -106,6 +111,7 @@ class ServerSpec:
         if self.launch is not None:
             depth = "auto" if self.launch.max_depth is None else self.launch.max_depth
             label += f"-b{self.launch.budget}-d{depth}-dt{self.launch.draft_temperature:g}"
+            label += "-chain" if self.launch.hold_chain else ""
         return label + (f"-gpu{'_'.join(map(str, self.gpus))}" if self.gpus else "")
 
 

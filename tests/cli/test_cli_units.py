@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -156,6 +157,16 @@ def test_sglang_servers_per_gpu_group_and_widest_budget_at_launch():
     dflash = ServerSpec("sglang", "dflash", "m", "d").command(1)
     assert dflash[2] == "sglang.launch_server" and "DFLASH" in dflash
     assert "--speculative-algorithm" not in ServerSpec("sglang", "ar", "m", "d").command(1)
+
+
+def test_held_chain_launch():
+    held = LaunchSettings(31, None, 1.0, hold_chain=True)
+    env = ServerSpec("sglang", "ddtree", "m", "d", launch=held).environment()
+    assert env["SGLANG_DDTREE_HOLD_CHAIN"] == "1"
+    plain = ServerSpec("sglang", "ddtree", "m", "d", launch=LaunchSettings(31, None, 1.0)).environment()
+    assert plain.get("SGLANG_DDTREE_HOLD_CHAIN") == os.environ.get("SGLANG_DDTREE_HOLD_CHAIN")  # left as it was
+    assert ServerSpec("reference", "ddtree", "m", "d", launch=held).command(1)[-1] == "--hold-chain"
+    assert ServerSpec("sglang", "ddtree", "m", "d", launch=held).label == "sglang-ddtree-b31-dauto-dt1-chain"
 
 
 def test_reference_command():
