@@ -22,8 +22,9 @@
 #   nooverlap   greedy parity with --disable-overlap-schedule (the scheduler's synchronous path), budgets 15 and 64
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
-#   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64; alone
-#               on the machine (`serve tp2`): SGLang refuses TP when the GPUs' free memory differs
+#   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64; it waits
+#               for the other queues to finish (SGLang refuses TP when the GPUs' free memory differs), so put
+#               it last in its queue
 #   campaign    configs/testbed-h200-campaign.toml (budgets 15..1023, one server each; T = 0 and 1; 1..32 in
 #               flight), resuming after the cells committed in results/sglang/campaign-h200 (commit the run
 #               folder there); campaign-x2: the same with a server on each of GPUs 0 and 1
@@ -196,7 +197,8 @@ sweeps)
           stop_server
         done
         echo "trace rc=0" >> "$W/done" ;;
-      tp2)
+      tp2)  # SGLang refuses TP when the GPUs' free memory differs: wait for the other queues to finish
+        until [ "$(grep -c '^all-' "$W/done" 2> /dev/null)" -ge $(($(cat "$W/queues") - 1)) ]; do sleep 10; done
         P=$W/cache/SmolLM2-135M-Instruct-heads12
         python3 -m ddbench.testbed pad-heads "$T" "$P" --num-heads 12 --num-kv-heads 4
         MODEL=$P GPUS=0,1 sweep tp2 --tp 2 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,64 \
