@@ -128,11 +128,15 @@ class StandIn(BaseHTTPRequestHandler):
         return self.reply(200, f"data: {json.dumps(answer)}\n\ndata: [DONE]\n\n" if body["stream"] else answer)
 
 
+class StandInServer(ThreadingHTTPServer):
+    request_queue_size = 64  # a listen backlog for all 16 concurrent clients of the check (the default is 5)
+
+
 @pytest.fixture
 def server(monkeypatch):
     monkeypatch.setattr(kv_leak, "POLL_S", 0.01)
     StandIn.state = {"used": 7, "running": 0, "leak": 0, "budgets": []}  # 7: left over before the check
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
+    httpd = StandInServer(("127.0.0.1", 0), StandIn)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
