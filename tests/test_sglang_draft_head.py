@@ -41,7 +41,8 @@ def test_head_equals_the_eager_round(bs):
     head, settings, logits_fn = make_head()
     generator = torch.Generator().manual_seed(bs)
     hidden = torch.randn(bs * settings.block_size, HIDDEN, generator=generator)
-    requests = [RequestSettings(b, d, t) for b, d, t in [(8, 5, 1.0), (3, 2, 0.5), (0, 5, 1.0), (8, 1, 2.0)][:bs]]
+    mixed = [(8, 5, 1.0, True), (3, 2, 0.5, False), (0, 5, 1.0, True), (8, 1, 2.0, True)][:bs]
+    requests = [RequestSettings(b, d, t, hold_chain=h) for b, d, t, h in mixed]
     head.load(requests)
     head(hidden)
     assert_round_equal(head.outputs(bs), eager_round(settings, logits_fn, hidden, requests))
@@ -54,6 +55,7 @@ def test_limits_follow_the_requests_from_round_to_round():
     rounds_inputs = [
         [RequestSettings(2, 5, 1.0)] * 4,
         [RequestSettings.defaults(settings), RequestSettings(5, 3, 0.7)],
+        [RequestSettings(8, 5, 1.0, hold_chain=True), RequestSettings.defaults(settings)],
         [RequestSettings.defaults(settings)] * 3,
     ]
     for requests in rounds_inputs:
