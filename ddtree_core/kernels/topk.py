@@ -386,16 +386,23 @@ def draft_topk(
         from ddtree_core import batched
 
         return batched.draft_topk(logits, k, draft_temperature)
-    rows = logits.reshape(batch * length, vocab)
+    rows, log_probs, token_ids = rows_and_outputs(logits, k)
+    if rows.shape[0] > 0:
+        _launch(rows, k, draft_temperature, tile, chunks, warps, log_probs, token_ids)
+    return DraftTopK(log_probs=log_probs.view(batch, length, k), token_ids=token_ids.view(batch, length, k))
+
+
+def rows_and_outputs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits [..., V] as rows [R, V] a kernel can read (bf16, fp16 or fp32, unit stride along V), and the
+    empty outputs [R, k]: log-probs float32, token ids int64."""
+    rows = logits.reshape(-1, logits.shape[-1])
     if rows.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         rows = rows.float()
     if rows.stride(1) != 1:
         rows = rows.contiguous()
     log_probs = torch.empty((rows.shape[0], k), dtype=torch.float32, device=rows.device)
     token_ids = torch.empty((rows.shape[0], k), dtype=torch.int64, device=rows.device)
-    if rows.shape[0] > 0:
-        _launch(rows, k, draft_temperature, tile, chunks, warps, log_probs, token_ids)
-    return DraftTopK(log_probs=log_probs.view(batch, length, k), token_ids=token_ids.view(batch, length, k))
+    return rows, log_probs, token_ids
 
 
 def _launch(rows, k, draft_temperature, tile, chunks, warps, log_probs, token_ids) -> None:

@@ -67,6 +67,7 @@ from ddtree_core.kernels.topk import (
     _select_top,
     _shrink,
     _write_ranked,
+    rows_and_outputs,
 )
 from ddtree_core.tree import DraftTopK
 
@@ -270,13 +271,7 @@ def draft_topk(
         from ddtree_core import batched
 
         return batched.draft_topk(logits, k, draft_temperature)
-    rows = logits.reshape(-1, vocab)
-    if rows.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        rows = rows.float()
-    if rows.stride(1) != 1:
-        rows = rows.contiguous()
-    log_probs = torch.empty((rows.shape[0], k), dtype=torch.float32, device=rows.device)
-    token_ids = torch.empty((rows.shape[0], k), dtype=torch.int64, device=rows.device)
+    rows, log_probs, token_ids = rows_and_outputs(logits, k)
     if rows.shape[0] > 0:
         plan = _plan(rows, k, tile, chunks, group)
         _launch(rows, k, draft_temperature, plan, (warps, select_warps), log_probs, token_ids)
