@@ -28,7 +28,7 @@
 #   campaign    configs/testbed-h200-campaign.toml (budgets 15..1023, one server each; T = 0 and 1; 1..32 in
 #               flight), resuming after the cells committed in results/sglang/campaign-h200 (commit the run
 #               folder there); campaign-x2: the same with a server on each of GPUs 0 and 1
-#   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature at budget 64)
+#   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature x holding the chain, budget 63)
 #   rounds      DFLASH and DDTree b15 / b128 (eager, and folded: SGLANG_DDTREE_DRAFT_GRAPH=1), b15 and b31 holding
 #               the chain (SGLANG_DDTREE_HOLD_CHAIN=1; b15 held is DFLASH's tree), 4 bursts at 1 and 16 in flight;
 #               round times from the servers' decode logs (results/sglang/log_rounds.py)
