@@ -73,9 +73,11 @@ def test_batch_above_the_maximum_is_refused():
         head.load([RequestSettings.defaults(settings)] * 3)
 
 
-def test_on_unless_turned_off():
-    assert enabled({}) and enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "1"}) and enabled({"SGLANG_DDTREE_DRAFT_GRAPH": " "})
-    assert not enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "0"}) and not enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "off"})
+def test_knob_values():
+    assert enabled({}) is None and enabled({"SGLANG_DDTREE_DRAFT_GRAPH": " "}) is None  # TP = 1 folds, TP > 1 not
+    assert enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "1"}) is True and enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "on"})
+    assert enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "0"}) is False
+    assert enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "off"}) is False
     with pytest.raises(DDTreeConfigError, match="SGLANG_DDTREE_DRAFT_GRAPH must be 0 or 1"):
         enabled({"SGLANG_DDTREE_DRAFT_GRAPH": "2"})
 

@@ -16,7 +16,9 @@ rows [:bs] (`outputs`); rows of padded batch slots hold stale values nobody read
 eagerly (no graph for this batch size), the worker calls the head itself: the same code on the same buffers.
 Numerics equal the eager worker's: logits_fn is the same target-head call, the rest the same functions.
 
-TP = 1 only (a vocab-parallel head needs a gather across ranks; TP > 1 keeps the eager round).
+At TP > 1 the head's vocab shards are gathered inside the graph (the target's logits processor, as in
+the eager round), so every rank builds the same trees; that path is opt-in (SGLANG_DDTREE_DRAFT_GRAPH=1)
+until measured, and TP > 1 keeps the eager round by default.
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ _TOPK_FIELDS = tuple(f.name for f in dataclasses.fields(DraftTopK))
 _TREE_FIELDS = tuple(f.name for f in dataclasses.fields(DraftTree) if f.name != "max_depth")
 
 
-def enabled(environ=os.environ) -> bool:
-    """Whether the draft side folds into the draft graph: unset or 1 yes, 0 no (the eager round)."""
+def enabled(environ=os.environ) -> bool | None:
+    """SGLANG_DDTREE_DRAFT_GRAPH: 1 folds the draft side into the draft graph, 0 keeps it eager, unset
+    (None) folds at TP = 1 only."""
     raw = environ.get(ENV_DRAFT_GRAPH, "").strip().lower()
-    if raw in ("", "1", "true", "on"):
+    if raw == "":
+        return None
+    if raw in ("1", "true", "on"):
         return True
     if raw in ("0", "false", "off"):
         return False

@@ -18,7 +18,8 @@ features into the draft KV, bonus token). One decode round, all on the device wi
   6. result: tokens [B * (D + 1)] (path + bonus, padded), accept_lens = commit lengths, per-round
              statistics for the host (info.DDTreeBatchResult)
 
-At TP = 1 steps 1-2 run inside the drafter's CUDA graph (draft_head.py) unless SGLANG_DDTREE_DRAFT_GRAPH=0.
+At TP = 1 steps 1-2 run inside the drafter's CUDA graph (draft_head.py) unless SGLANG_DDTREE_DRAFT_GRAPH=0;
+at TP > 1 only with SGLANG_DDTREE_DRAFT_GRAPH=1.
 On CUDA the round's inputs take one launch each (rounds.draft_block_inputs: the block, its positions and
 every verify KV slot; rounds.verify_batch: tokens, positions and the mask, whose size depends on the
 host's length sum).
@@ -98,11 +99,13 @@ class DDTreeWorker(DFlashWorkerV2):
 
     def _maybe_build_draft_sampler(self):
         # DFLASH folds a greedy argmax into the draft graph. DDTree folds its whole draft side there
-        # (draft_head.py) unless SGLANG_DDTREE_DRAFT_GRAPH=0, which computes it after the graph.
-        if not draft_head.enabled():
+        # (draft_head.py) unless SGLANG_DDTREE_DRAFT_GRAPH=0 (or TP > 1 without =1): then after the graph.
+        fold = draft_head.enabled()
+        if fold is False:
             return None
-        if get_tp_group().world_size != 1:
-            logger.info("DDTREE draft head kept eager (tp > 1).")
+        if get_tp_group().world_size != 1 and fold is None:
+            if self.tp_rank == 0:
+                logger.info("DDTREE draft head kept eager (tp > 1; SGLANG_DDTREE_DRAFT_GRAPH=1 folds it).")
             return None
         runner = self.draft_model_runner
         max_bs = int(self.server_args.max_running_requests or max(self.server_args.cuda_graph_config.decode.bs))

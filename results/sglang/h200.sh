@@ -22,7 +22,8 @@
 #   nooverlap   greedy parity with --disable-overlap-schedule (the scheduler's synchronous path), budgets 15 and 64
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
-#   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64; it waits
+#   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64, eager and
+#               folded (SGLANG_DDTREE_DRAFT_GRAPH=1, opt-in at TP > 1); it waits
 #               for the other queues to finish (SGLang refuses TP when the GPUs' free memory differs), so put
 #               it last in its queue
 #   campaign    configs/testbed-h200-campaign.toml (budgets 15..1023, one server each; T = 0 and 1; 1..32 in
@@ -202,7 +203,10 @@ sweeps)
         P=$W/cache/SmolLM2-135M-Instruct-heads12
         python3 -m ddbench.testbed pad-heads "$T" "$P" --num-heads 12 --num-kv-heads 4
         MODEL=$P GPUS=0,1 sweep tp2 --tp 2 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,64 \
-          --concurrency 1,16 "${FAST[@]}" ;;
+          --concurrency 1,16 "${FAST[@]}"
+        # the draft side folded at TP 2 (opt-in there: the head's vocab gather runs inside the draft graph)
+        SGLANG_DDTREE_DRAFT_GRAPH=1 MODEL=$P GPUS=0,1 sweep tp2-fold --tp 2 --datasets gsm8k --num-prompts 50 \
+          --budgets 15,64 --concurrency 1,16 "${FAST[@]}" ;;
       campaign)
         sweep campaign --config testbed-h200-campaign ;;
       campaign-x2)  # the same on both GPUs: two servers side by side (a session of its own)
