@@ -233,7 +233,7 @@ sweeps)
           M=$W/cache/$model && mkdir -p "$M" && cp "$W/repo/configs/models/$model/config.json" "$M/"
           python3 -m sglang.benchmark.one_batch --model-path "$M" --tokenizer-path "$T" --load-format dummy \
             --batch-size 1 2 4 8 16 32 64 128 256 512 1024 2048 4096 --input-len 32 --output-len 8 \
-            --attention-backend triton --cuda-graph-max-bs 512 --mem-fraction-static 0.85 \
+            --attention-backend triton --cuda-graph-max-bs 512 --mem-fraction-static 0.85 --max-running-requests 4096 \
             --result-filename "$W/runs/cost-sglang/$model.jsonl" > "$W/runs/cost-sglang/$model.log" 2>&1
           echo "cost-sglang $model rc=$?" >> "$W/done"
         done ;;
