@@ -505,6 +505,17 @@ def cost(ctx: typer.Context) -> None:
     _run_tool(cost_bench.main, ctx, "ddbench cost")
 
 
+@app.command(
+    name="cost-sglang",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+)
+def cost_sglang(ctx: typer.Context) -> None:
+    """A `ddbench cost` run folder from SGLang's decode steps (MoE targets; ddbench/cost_sglang.py)."""
+    from ddbench import cost_sglang as tool
+
+    _run_tool(tool.main, ctx, "ddbench cost-sglang")
+
+
 def _run_tool(main, ctx: typer.Context, prog_name: str) -> None:
     """Run a module's own typer entry point with this subcommand's arguments (its --help included)."""
     tool = typer.Typer(add_completion=False)

@@ -53,7 +53,8 @@ MEMORY_SLACK = 1.25  # memory_gb is an estimate: a cell runs if slack x estimate
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The sizes of a dense Qwen3 decoder (no attention bias, untied lm_head)."""
+    """The sizes of a Qwen3 decoder (no attention bias, untied lm_head): a dense MLP of `intermediate`, or
+    with experts > 0 a mixture of `experts` routed experts of `moe_intermediate`, experts_per_token each."""
 
     hidden: int
     layers: int
@@ -64,23 +65,62 @@ class ModelShape:
     vocab: int
     rope_theta: float = 1e6
     norm_eps: float = 1e-6
+    experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate: int = 0
+
+    @property
+    def attention_params(self) -> int:
+        """q, k, v and o projections of one layer."""
+        return self.hidden * self.head_dim * 2 * (self.q_heads + self.kv_heads)
 
     @property
     def layer_matmul_params(self) -> int:
-        """q, k, v, o projections and the gate, up, down MLP of one layer."""
-        attention = self.hidden * self.head_dim * 2 * (self.q_heads + self.kv_heads)
-        return attention + 3 * self.hidden * self.intermediate
+        """Every matmul weight of one layer: attention and the MLP (the router and all experts for an MoE)."""
+        if self.experts:
+            return self.attention_params + self.hidden * self.experts * (1 + 3 * self.moe_intermediate)
+        return self.attention_params + 3 * self.hidden * self.intermediate
 
     @property
     def matmul_params(self) -> int:
         """Every weight a forward multiplies with: the layers and lm_head (not the embedding lookup)."""
         return self.layers * self.layer_matmul_params + self.vocab * self.hidden
 
+    def experts_read(self, tokens: int) -> float:
+        """Experts per layer a step of `tokens` tokens reads, routing uniform and independent:
+        E (1 - (1 - k / E) ** tokens); E for a dense MLP."""
+        if not self.experts:
+            return 0.0
+        return self.experts * (1 - (1 - self.experts_per_token / self.experts) ** tokens)
+
+    def read_params(self, tokens: int) -> float:
+        """Matmul weights a step of `tokens` tokens reads: all of a dense model's; an MoE's attention,
+        router and lm_head, and the experts its tokens reach (experts_read)."""
+        if not self.experts:
+            return float(self.matmul_params)
+        expert = 3 * self.hidden * self.moe_intermediate
+        layer = self.attention_params + self.hidden * self.experts + self.experts_read(tokens) * expert
+        return self.layers * layer + self.vocab * self.hidden
+
+    @property
+    def active_params(self) -> int:
+        """Matmul weights one token multiplies with (its experts_per_token experts for an MoE)."""
+        if not self.experts:
+            return self.matmul_params
+        mlp = self.hidden * (self.experts + 3 * self.experts_per_token * self.moe_intermediate)
+        return self.layers * (self.attention_params + mlp) + self.vocab * self.hidden
+
 
 PRESETS = {
     "qwen3-8b": ModelShape(hidden=4096, layers=36, q_heads=32, kv_heads=8, head_dim=128, intermediate=12288,
                            vocab=151936),
     "tiny": ModelShape(hidden=64, layers=2, q_heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=512),
+}  # fmt: skip
+# Shapes this benchmark cannot build (its decoder is dense): timed through SGLang (ddbench.cost_sglang).
+MOE_PRESETS = {
+    "qwen3-coder-30b-a3b": ModelShape(hidden=2048, layers=48, q_heads=32, kv_heads=4, head_dim=128, intermediate=5472,
+                                      vocab=151936, rope_theta=1e7, experts=128, experts_per_token=8,
+                                      moe_intermediate=768),
 }  # fmt: skip
 
 
@@ -221,7 +261,7 @@ def verify_mask(tree: VerifyTree, prefix: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Floors:
-    weight_bytes: int  # matmul weights read once (norm weights and embedding rows, < 0.01 %, left out)
+    weight_bytes: float  # matmul weights read once (an MoE: the experts its tokens reach; norms left out)
     kv_bytes: int  # the whole KV cache [prefix + T] of every layer read once
     flops: int  # matmuls + the dense attention
     bytes_ms: float  # (weight_bytes + kv_bytes) / peak bandwidth
@@ -236,10 +276,10 @@ def floors(shape: ModelShape, batch: int, width: int, prefix: int, itemsize: int
            flops_per_s: float) -> Floors:  # fmt: skip
     """The bandwidth and compute floors of one verify step of the full model (shape.layers layers)."""
     length = prefix + width
-    weight_bytes = shape.matmul_params * itemsize
+    weight_bytes = shape.read_params(batch * width) * itemsize
     kv_bytes = 2 * shape.layers * batch * shape.kv_heads * length * shape.head_dim * itemsize
     attention = 4 * shape.layers * batch * width * length * shape.q_heads * shape.head_dim  # QK^T and PV
-    flops = 2 * shape.matmul_params * batch * width + attention
+    flops = 2 * shape.active_params * batch * width + attention
     return Floors(weight_bytes, kv_bytes, flops, (weight_bytes + kv_bytes) / bandwidth * 1e3, flops / flops_per_s * 1e3)
 
 

@@ -43,7 +43,8 @@
 #   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
 #               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
 #               tokens in the batch: a B x W-token verify reads the weights a (B x W)-token decode step reads
-#               (for the MoE, the experts its tokens route to), so these are the MoE's verify-cost curve
+#               (for the MoE, the experts its tokens route to), so these are the MoE's verify-cost curve;
+#               ddbench.cost_sglang turns each into a `ddbench cost` folder for `ddbench project`
 set -uo pipefail
 W=/tmp/dd
 mkdir -p "$W"
@@ -236,6 +237,9 @@ sweeps)
             --attention-backend triton --cuda-graph-max-bs 512 --mem-fraction-static 0.85 --max-running-requests 4096 \
             --result-filename "$W/runs/cost-sglang/$model.jsonl" > "$W/runs/cost-sglang/$model.log" 2>&1
           echo "cost-sglang $model rc=$?" >> "$W/done"
+          python3 -m ddbench.cost_sglang "$W/runs/cost-sglang/$model.jsonl" --preset "$model" \
+            --device "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+            --out "$W/runs/cost-sglang/$model" >> "$W/runs/cost-sglang/$model.log" 2>&1
         done ;;
       *) echo "unknown job $job" ;;
       esac

@@ -314,3 +314,37 @@ def test_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, setup, args, mes
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
     assert message in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_moe_shape_reads_the_experts_its_tokens_reach():
+    moe, dense = cost_bench.MOE_PRESETS["qwen3-coder-30b-a3b"], cost_bench.PRESETS["qwen3-8b"]
+    assert abs(moe.matmul_params / 1e9 - 30.2) < 0.1 and abs(moe.active_params / 1e9 - 3.04) < 0.01
+    coverage = [moe.experts_read(n) for n in (1, 16, 64, 4096)]
+    assert coverage[0] == 8 and 82 < coverage[1] < 83 and coverage[2] > 125 and coverage[3] == pytest.approx(128)
+    assert moe.read_params(1) == moe.active_params and moe.read_params(4096) == pytest.approx(moe.matmul_params)
+    assert dense.read_params(1) == dense.read_params(512) == dense.active_params == dense.matmul_params
+
+
+def test_sglang_decode_steps_become_a_cost_run_that_projects(tmp_path):
+    from ddbench import cost_sglang
+
+    steps = {n: 1.0 + 0.01 * n for n in (1, 4, 16, 32, 64, 128, 256, 512, 1024)}  # seconds x 1e-3 below
+    lines = [{"run_name": "x", "batch_size": n, "input_len": 32, "output_len": 8, "median_decode_latency": ms / 1e3}
+             for n, ms in steps.items()] + [{"batch_size": 2048, "input_len": 32, "output_len": 8}]  # fmt: skip
+    source = tmp_path / "moe.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    rows = cost_sglang.convert(source, "qwen3-coder-30b-a3b", "NVIDIA H200", tmp_path / "cost", (1, 4, 16), (1, 16, 64))
+    assert {(r["batch"], r["width"]) for r in rows} == {(b, w) for b in (1, 4, 16) for w in (1, 16, 64)}
+    assert all(r["time_ms"] == pytest.approx(steps[r["batch"] * r["width"]]) and 0 < r["body_ms"] < r["time_ms"]
+               for r in rows)  # fmt: skip
+    run = projection.load_cost(tmp_path / "cost")
+    assert run.shape.experts == 128 and run.preset == "qwen3-coder-30b-a3b" and len(run.cells) == len(rows)
+    table = {"source": "t", "datasets": {"humaneval": {"dflash": 5.0, "ddtree": {"15": 5.5, "63": 7.0}}}}
+    args = ["project", "--cost", str(tmp_path / "cost"), "--acceptance", str(write_acceptance(tmp_path / "a.json",
+            table)), "--out", str(tmp_path / "out"), "--block", "16", "--draft-layers", "1"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert {m for _, _, m, _ in read_rows(tmp_path / "out")} == {"ar", "dflash", "ddtree"}
+    with pytest.raises(DDBenchError, match="no decode timing"):
+        source.write_text(json.dumps(lines[-1]) + "\n")
+        cost_sglang.decode_times(source)

@@ -1,0 +1,121 @@
+"""A verify-cost run from SGLang's own decode step, for targets ddbench.cost_bench cannot build (MoE).
+
+    python -m ddbench.cost_sglang results/cost/h200-moe/qwen3-coder-30b-a3b.jsonl \
+        --preset qwen3-coder-30b-a3b --device "NVIDIA H200" --out results/cost/h200-moe/qwen3-coder-30b-a3b
+
+Input: the result file of `python -m sglang.benchmark.one_batch --load-format dummy --batch-size n1 n2 ...
+--input-len P --output-len O --result-filename F` (random weights, nothing downloaded; the `cost-sglang` job
+of results/sglang/h200.sh): one JSON line per batch size n with its median decode step
+(`median_decode_latency`, seconds, CUDA graphs on up to --cuda-graph-max-bs).
+
+A verify step of B requests x T tokens multiplies the same weights as a decode step of n = B x T tokens: all
+of a dense model's, and for an MoE the experts those n tokens route to, which is what its cost grows with.
+So the cell (B, T) takes the decode time of n = B x T; the attention differs (a verify attends over its
+request's prefix and tree, the decode step over P + O tokens of n sequences), small beside the weights at the
+short contexts measured here. body_ms (the step without lm_head, for the drafter's share in `ddbench project`)
+is time_ms less lm_head's share of the step's bytes floor (cost_bench.floors). Writes cells.csv and run.json
+in `ddbench cost`'s format, so that `ddbench project --cost OUT` reads it. `ddbench project` counts the
+drafter as --draft-layers layers of the target's shape: for an MoE target that includes expert reads a dense
+drafter does not make, so the projected draft time is an upper bound there.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ddbench.config import DDBenchError
+from ddbench.cost_bench import MOE_PRESETS, PRESETS, ModelShape
+
+COLUMNS = ("batch", "nodes", "width", "prefix", "time_ms", "body_ms", "tokens", "decode_batch")
+ITEMSIZE = 2  # bf16
+
+
+def decode_times(path: Path) -> tuple[dict[int, float], int]:
+    """{decode batch size: median step ms} and the prefix length P of a one_batch result file."""
+    try:
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        steps = {int(r["batch_size"]): 1e3 * float(r["median_decode_latency"]) for r in lines
+                 if r.get("median_decode_latency") is not None}  # fmt: skip
+        prefixes = {int(r["input_len"]) for r in lines}
+    except FileNotFoundError:
+        raise DDBenchError(f"{path}: no such result file") from None
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise DDBenchError(f"{path}: not a one_batch result file ({type(error).__name__}: {error})") from None
+    if not steps:
+        raise DDBenchError(f"{path}: no decode timing (was --output-len at least 2?)")
+    if len(prefixes) != 1:
+        raise DDBenchError(f"{path}: expected one --input-len, got {sorted(prefixes)}")
+    return steps, prefixes.pop()
+
+
+def cells(shape: ModelShape, steps: dict[int, float], prefix: int, batches, widths) -> list[dict]:
+    """The (B, T) cells whose B x T was measured, as cost_bench rows."""
+    lm_head = shape.vocab * shape.hidden
+    rows = []
+    for batch in batches:
+        for width in widths:
+            tokens = batch * width
+            if tokens not in steps:
+                continue
+            time_ms = steps[tokens]
+            body_ms = time_ms * (1 - lm_head / shape.read_params(tokens))
+            rows.append(dict(batch=batch, nodes=width - 1, width=width, prefix=prefix, time_ms=time_ms,
+                             body_ms=body_ms, tokens=tokens, decode_batch=tokens))  # fmt: skip
+    return rows
+
+
+def convert(source: Path, preset: str, device: str, out: Path, batches, widths) -> list[dict]:
+    shapes = {**PRESETS, **MOE_PRESETS}
+    if preset not in shapes:
+        raise DDBenchError(f"unknown preset {preset!r}; expected one of {', '.join(shapes)}")
+    shape = shapes[preset]
+    steps, prefix = decode_times(source)
+    rows = cells(shape, steps, prefix, batches, widths)
+    if not rows:
+        raise DDBenchError(f"{source}: no measured decode batch equals B x T for B in {batches}, T in {widths}")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "cells.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    record = {
+        "config": {"preset": preset, "dtype": "bfloat16", "prefix": prefix, "source": str(source)},
+        "shape": {k: getattr(shape, k) for k in shape.__dataclass_fields__},
+        "matmul_params": shape.matmul_params,
+        "device": device,
+        "timing": "SGLang one_batch median decode step of B x T tokens (CUDA graphs), random weights",
+        "cells": rows,
+    }
+    (out / "run.json").write_text(json.dumps(record, indent=1))
+    return rows
+
+
+def main(
+    source: Annotated[Path, typer.Argument(help="one_batch result file (JSON lines).")],
+    preset: Annotated[str, typer.Option(help="The target's shape (cost_bench PRESETS or MOE_PRESETS).")],
+    device: Annotated[str, typer.Option(help="The GPU the steps ran on, e.g. 'NVIDIA H200'.")],
+    out: Annotated[Path, typer.Option(help="Folder for cells.csv and run.json.")],
+    batches: Annotated[str, typer.Option(help="Requests per verify step B.")] = "1,4,16,32",
+    widths: Annotated[str, typer.Option(help="Verify tokens per request T (nodes + 1).")] = "1,16,32,64,128,256",
+) -> None:
+    """Turn SGLang decode-step timings into a `ddbench cost` run folder for `ddbench project`."""
+    try:
+        rows = convert(source, preset, device, out, _ints(batches), _ints(widths))
+    except DDBenchError as error:
+        raise typer.BadParameter(str(error)) from None
+    for row in rows:
+        print(f"B={row['batch']:>3} T={row['width']:>4}: {row['time_ms']:.2f} ms (body {row['body_ms']:.2f})")
+    print(f"wrote {out / 'cells.csv'} and {out / 'run.json'}")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(item) for item in text.split(",") if item.strip())
+
+
+if __name__ == "__main__":
+    typer.run(main)
