@@ -22,6 +22,7 @@ drafter does not make, so the projected draft time is an upper bound there.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated
@@ -85,7 +86,7 @@ def convert(source: Path, preset: str, device: str, out: Path, batches, widths) 
         writer.writerows(rows)
     record = {
         "config": {"preset": preset, "dtype": "bfloat16", "prefix": prefix, "source": str(source)},
-        "shape": {k: getattr(shape, k) for k in shape.__dataclass_fields__},
+        "shape": dataclasses.asdict(shape),
         "matmul_params": shape.matmul_params,
         "device": device,
         "timing": "SGLang one_batch median decode step of B x T tokens (CUDA graphs), random weights",

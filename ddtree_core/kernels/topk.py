@@ -348,18 +348,30 @@ def _merge_kernel(
     KP: tl.constexpr,  # next_pow2(K)
 ):
     row = tl.program_id(0)
-    c = tl.arange(0, CP)
-    stat = stat_ptr + (row * chunks + c) * 2
-    chunk_max = tl.load(stat, mask=c < chunks, other=-_FLT_MAX)
-    chunk_sum = tl.load(stat + 1, mask=c < chunks, other=0.0)
-    m = tl.max(chunk_max, 0)
-    lse = _logsumexp(m, tl.sum(chunk_sum * tl.exp(chunk_max - m), 0))
+    lse = _chunks_logsumexp(stat_ptr + row * chunks * 2, chunks, CP)
     total = chunks * k
     cand = cand_ptr + row.to(tl.int64) * total
-    top, bottom, left = _select_top(cand, total, k, BLOCK, LOG_BINS)
-    _compact_top(cand, total, top, bottom, left, cand, BLOCK)
-    tl.debug_barrier()
-    _write_ranked(cand, k, lse, lp_out + row * k, ids_out + row * k, KP)
+    _write_best(cand, total, k, lse, lp_out + row * k, ids_out + row * k, BLOCK, LOG_BINS, KP)
+
+
+@triton.jit
+def _chunks_logsumexp(stat_ptr, chunks, CP: tl.constexpr):
+    """A row's logsumexp from its chunks' (max, exp-sum) pairs at stat_ptr [chunks, 2]."""
+    c = tl.arange(0, CP)
+    chunk_max = tl.load(stat_ptr + c * 2, mask=c < chunks, other=-_FLT_MAX)
+    chunk_sum = tl.load(stat_ptr + c * 2 + 1, mask=c < chunks, other=0.0)
+    m = tl.max(chunk_max, 0)
+    return _logsumexp(m, tl.sum(chunk_sum * tl.exp(chunk_max - m), 0))
+
+
+@triton.jit
+def _write_best(cand, n, k, lse, lp_row, ids_row, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr):
+    """The k best of the n >= k entries at cand (selected in place), written best first."""
+    if n > k:
+        top, bottom, left = _select_top(cand, n, k, BLOCK, LOG_BINS)
+        _compact_top(cand, n, top, bottom, left, cand, BLOCK)
+        tl.debug_barrier()
+    _write_ranked(cand, k, lse, lp_row, ids_row, KP)
 
 
 def draft_topk(

@@ -59,14 +59,14 @@ import triton.language as tl
 from ddtree_core.kernels.topk import (
     _FLT_MAX,
     _NINF_KEY,
+    _chunks_logsumexp,
     _compact_top,
     _entry,
     _key_value,
-    _logsumexp,
     _order_key,
     _select_top,
     _shrink,
-    _write_ranked,
+    _write_best,
     rows_and_outputs,
 )
 from ddtree_core.tree import DraftTopK
@@ -173,16 +173,6 @@ def _scan_kernel(
     tl.store(stat_ptr + program * 2 + 1, tl.sum(s * tl.exp(m - chunk_max), 0))
 
 
-@triton.jit
-def _chunks_logsumexp(stat_ptr, chunks, CP: tl.constexpr):
-    """The row's logsumexp from its chunks' (max, exp-sum) pairs at stat_ptr."""
-    c = tl.arange(0, CP)
-    chunk_max = tl.load(stat_ptr + c * 2, mask=c < chunks, other=-_FLT_MAX)
-    chunk_sum = tl.load(stat_ptr + c * 2 + 1, mask=c < chunks, other=0.0)
-    m = tl.max(chunk_max, 0)
-    return _logsumexp(m, tl.sum(chunk_sum * tl.exp(chunk_max - m), 0))
-
-
 @triton.jit(do_not_specialize=["vocab", "n_groups", "chunks", "k", "soft"])
 def _select_kernel(
     logits_ptr,  # [R, V] as for _scan_kernel
@@ -234,11 +224,7 @@ def _select_kernel(
             n, floor = _shrink(cand, n, k, floor, CBLOCK, LOG_BINS)
         b0 += GATHER
     tl.debug_barrier()
-    if n > k:  # n <= soft: one block
-        top, bottom, left = _select_top(cand, n, k, CBLOCK, LOG_BINS)
-        _compact_top(cand, n, top, bottom, left, cand, CBLOCK)
-        tl.debug_barrier()
-    _write_ranked(cand, k, lse, lp_out + row * k, ids_out + row * k, KP)
+    _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP)  # n <= soft: one block
 
 
 def draft_topk(

@@ -216,15 +216,21 @@ def _env_float(environ: Mapping[str, str], name: str, default: float) -> float:
         raise DDTreeConfigError(f"{name} must be a number, got {raw!r}") from None
 
 
-def _env_bool(environ: Mapping[str, str], name: str, default: bool) -> bool:
+def env_flag(environ: Mapping[str, str], name: str) -> bool | None:
+    """A 0 / 1 variable (also false / true, no / yes, off / on); None when unset or empty."""
     raw = environ.get(name, "").strip().lower()
     if not raw:
-        return default
+        return None
     if raw in ("1", "true", "yes", "on"):
         return True
     if raw in ("0", "false", "no", "off"):
         return False
     raise DDTreeConfigError(f"{name} must be 0 or 1, got {raw!r}")
+
+
+def _env_bool(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    flag = env_flag(environ, name)
+    return default if flag is None else flag
 
 
 def _param_int(params: Mapping, name: str, default: int, low: int, high: int) -> int:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ddtree_core.sglang import rounds
-from ddtree_core.sglang.config import DDTreeConfigError, RequestSettings, ServerSettings
+from ddtree_core.sglang.config import RequestSettings, ServerSettings, env_flag
 from ddtree_core.tree import DraftTopK, DraftTree
 
 ENV_DRAFT_GRAPH = "SGLANG_DDTREE_DRAFT_GRAPH"
@@ -41,14 +41,7 @@ _TREE_FIELDS = tuple(f.name for f in dataclasses.fields(DraftTree) if f.name != 
 def enabled(environ=os.environ) -> bool | None:
     """SGLANG_DDTREE_DRAFT_GRAPH: 1 folds the draft side into the draft graph, 0 keeps it eager, unset
     (None) folds at TP = 1 only."""
-    raw = environ.get(ENV_DRAFT_GRAPH, "").strip().lower()
-    if raw == "":
-        return None
-    if raw in ("1", "true", "on"):
-        return True
-    if raw in ("0", "false", "off"):
-        return False
-    raise DDTreeConfigError(f"{ENV_DRAFT_GRAPH} must be 0 or 1, got {raw!r}")
+    return env_flag(environ, ENV_DRAFT_GRAPH)
 
 
 class DraftHead:
