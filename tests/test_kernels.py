@@ -139,6 +139,34 @@ def test_build_holding_the_chain_equals_reference():
             assert_same(out, ref)
 
 
+@pytest.mark.parametrize("launch", [{"HIST_BINS": 2}, {"HIST_BINS": 64, "LOG_BINS": 4}, {"num_warps": 1}])
+def test_build_launch_overrides_keep_the_trees(launch):
+    """Launch overrides change the speed only: a 2-bucket histogram (the loosest bound, and its top bucket
+    ends at 2**31), other radix digits, one warp."""
+    from ddtree_core.kernels import tree_build
+
+    generator = torch.Generator().manual_seed(3)
+    for kind, vocab, budgets in (("peaked", 100, [40, 7]), ("ties", 60, [33, 0]), ("inf", 40, [20, 20])):
+        topk = draft_topk(make_logits(kind, 2, 8, vocab, generator).to(DEVICE), 40, impl="reference")
+        budget = torch.tensor(budgets, device=DEVICE)
+        ref = build_tree_from_topk(topk, budget, max_depth=8, max_budget=40, impl="reference")
+        for hold in (False, True):
+            out = tree_build.build_tree_from_topk(topk, budget, 8, 40, hold, launch=launch)
+            if hold:
+                ref = build_tree_from_topk(topk, budget, max_depth=8, max_budget=40, hold_chain=True, impl="reference")
+            assert_same(out, ref)
+
+
+def test_build_rejects_bad_launch():
+    from ddtree_core.kernels import tree_build
+
+    topk = draft_topk(torch.randn(1, 2, 8, device=DEVICE), 4, impl="reference")
+    with pytest.raises(ValueError, match="unknown launch keys"):
+        tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"CHUNK": 64})
+    with pytest.raises(ValueError, match="HIST_BINS"):
+        tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"HIST_BINS": 48})
+
+
 def test_int_budget_and_clamped_tensor_budget():
     generator = torch.Generator().manual_seed(1)
     topk = draft_topk(make_logits("bf16", 3, 6, 60, generator).to(DEVICE), 20, impl="reference")

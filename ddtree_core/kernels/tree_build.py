@@ -215,7 +215,8 @@ def _key_bound(hist, b, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr):
     """Step 4: the smallest key that at least b kept keys beat outright (INT32_MAX if none)."""
     cum = tl.cumsum(hist, 0)
     crossing = tl.sum((cum < b).to(tl.int32), 0)  # first bucket where the kept count reaches b
-    return tl.where(crossing < HIST_BINS, (crossing + 1) << HIST_SHIFT, _I32_MAX)
+    # the last bucket ends at 2**31, past int32: no bound there
+    return tl.where(crossing < HIST_BINS - 1, (crossing + 1) << HIST_SHIFT, _I32_MAX)
 
 
 @triton.jit
@@ -392,11 +393,14 @@ def build_tree_from_topk(
     max_depth: int,
     max_budget: int,
     hold_chain: bool | torch.Tensor = False,
+    *,
+    launch: dict | None = None,
 ) -> DraftTree:
     """The DDTree trees of a batch, equal field by field to the reference heap.
 
     budget: an int, or a LongTensor [B] on the top-K's device (clamped to [0, max_budget]).
     hold_chain: a bool, or a BoolTensor [B] on the top-K's device.
+    launch: overrides of `_launch_config` (num_warps, LOG_BINS, HIST_BINS; the speed only, see LAUNCH_KEYS).
     Needs log-probs <= 0 sorted best first per depth (draft_topk's output). No host sync.
     """
     log_probs, token_ids = topk.log_probs, topk.token_ids
@@ -421,13 +425,27 @@ def build_tree_from_topk(
         log_probs, token_ids, budgets, 0 if per_request else int(budget), holds, pairs, row_end, ws_int, ws_flt,
         tree.token_ids, tree.parents, tree.depths, tree.num_nodes, tree.scores, tree.ranks,
         *log_probs.stride(), *token_ids.stride(), max_depth, n, pairs.numel(), pool_size,
-        HOLD=2 if per_request_hold else int(hold_chain), **_launch_config(n, pairs.numel(), per_request),
+        HOLD=2 if per_request_hold else int(hold_chain), **_launch_config(n, pairs.numel(), per_request, launch),
     )  # fmt: skip
     return tree
 
 
-def _launch_config(n: int, n_pairs: int, per_request: bool) -> dict:
-    """Block sizes (powers of two) and warps for a width-N build."""
+LAUNCH_KEYS = ("num_warps", "LOG_BINS", "HIST_BINS")  # the overrides `build_tree_from_topk(launch=)` takes
+
+
+def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None = None) -> dict:
+    """Block sizes (powers of two) and warps for a width-N build, with `launch`'s overrides.
+
+    Any HIST_BINS (a power of two, 2..65536) gives the same trees: a coarser kept-key histogram only
+    loosens the bound of step 4, so more candidates survive to the exact selection.
+    """
+    launch = dict(launch or {})
+    unknown = set(launch) - set(LAUNCH_KEYS)
+    if unknown:
+        raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
+    hist_bins = launch.pop("HIST_BINS", 2048)
+    if hist_bins < 2 or hist_bins & (hist_bins - 1) or hist_bins > 65536:
+        raise ValueError(f"HIST_BINS must be a power of two in [2, 65536], got {hist_bins}")
     pch = min(1024, max(16, triton.next_power_of_2(n)))
     return {
         "PER_REQUEST_BUDGET": per_request,
@@ -436,10 +454,10 @@ def _launch_config(n: int, n_pairs: int, per_request: bool) -> dict:
         "QCH": min(pch, max(8, 8192 // pch)),
         "WCH": min(1024, max(16, triton.next_power_of_2(n + 1))),
         "LOG_BINS": 8,
-        "HIST_BINS": 2048,
-        "HIST_SHIFT": 20,
+        "HIST_BINS": hist_bins,
+        "HIST_SHIFT": 31 - (hist_bins.bit_length() - 1),  # keys < 2**31: bucket = key >> HIST_SHIFT
         "num_warps": 4 if n <= 128 else 8,
-    }
+    } | launch
 
 
 def _check_inputs(

@@ -38,7 +38,7 @@
 #               b15 (verify width 16, as DFLASH's block) and b128, 1 and 16 in flight
 #   gputests    pytest -m gpu (a minute; run it first: the new kernels have only run under the interpreter)
 #   kernels     the draft-side kernel benchmark (reference, torch, triton; and torch, triton on sharper, chain-like
-#               drafts: --logit-scale 12) and the top-K launch sweep
+#               drafts: --logit-scale 12), the top-K and the tree-build launch sweeps
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
 #   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
 #               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
@@ -223,6 +223,7 @@ sweeps)
         python3 -m ddbench.kernel_bench --out "$W/runs/kernels-sharp" --impls torch,triton --logit-scale 12 \
           > "$W/runs/kernel_bench-sharp.log" 2>&1
         python3 -m ddbench.topk_tune --out "$W/runs/topk" --tiles 1024,2048 --chunks 1,2,4,16 > "$W/runs/topk_tune.log" 2>&1
+        python3 -m ddbench.build_tune --out "$W/runs/build" > "$W/runs/build_tune.log" 2>&1
         echo "kernels rc=$?" >> "$W/done" ;;
       cost)
         python3 -m ddbench.cost_bench --out "$W/runs/cost" --reps 5 --warmup 2 \

@@ -1,0 +1,148 @@
+"""Launch-configuration sweep of the Triton tree build (ddtree_core/kernels/tree_build.py).
+
+    python -m ddbench.build_tune --out results/kernels/build-h200
+    python -m ddbench.build_tune --out /tmp/bt --smoke          # tiny sizes, CPU under the Triton interpreter
+
+One program builds one request's tree, so at batch 1 the build is a single streaming multiprocessor's
+latency: the launch decides how much of it is spent. Per (batch, budget, logit scale) cell it draws bf16
+draft logits (randn x scale, L = 16, the kernel benchmark's drafts), takes their top-`budget` lists once, and
+times as CUDA-graph replays (CUDA events; host clock on a CPU) the default build and every launch of the
+grid: warps x HIST_BINS (the kept-key histogram behind the level bound), then each LOG_BINS (the radix
+selection's digit) at the default warps and bins. Each tree is checked field by field against the default's.
+Writes cells.csv (one row per launch) and best.csv (per cell: the fastest equal launch and the default).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+
+from ddbench.kernel_bench import eager_seconds, graph_seconds, parse_ints
+
+LENGTH = 16
+COLUMNS = ("batch", "budget", "logit_scale", "num_warps", "HIST_BINS", "LOG_BINS", "us", "equal", "mean_depth", "note")
+BEST_COLUMNS = ("batch", "budget", "logit_scale", "num_warps", "HIST_BINS", "LOG_BINS", "us", "default_us")
+
+
+def launches(warps: list[int], hist_bins: list[int], log_bins: list[int]) -> list[dict]:
+    """The default ({}) first, then warps x HIST_BINS, then each LOG_BINS alone."""
+    grid = [{"num_warps": w, "HIST_BINS": h} for w in warps for h in hist_bins]
+    return [{}] + grid + [{"LOG_BINS": b} for b in log_bins]
+
+
+def _same_tree(a, b) -> bool:
+    return all(
+        torch.equal(getattr(a, f.name), getattr(b, f.name))
+        for f in dataclasses.fields(a)
+        if isinstance(getattr(a, f.name), torch.Tensor)
+    )
+
+
+def run(
+    out: Path,
+    cells: list[tuple[int, int]],
+    scales: list[float],
+    vocab: int,
+    warps: list[int],
+    hist_bins: list[int],
+    log_bins: list[int],
+) -> list[dict]:
+    from ddtree_core.kernels import topk, tree_build
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rows = []
+    for batch, budget in cells:
+        for scale in scales:
+            generator = torch.Generator(device=device).manual_seed(batch * 7919 + budget)
+            logits = (torch.randn(batch, LENGTH, vocab, generator=generator, device=device) * scale).bfloat16()
+            lists = topk.draft_topk(logits, min(budget, vocab), 1.0)
+            expected = tree_build.build_tree_from_topk(lists, budget, LENGTH, budget)
+            mean_depth = float(expected.depths.clamp(min=0).amax(dim=1).float().mean())
+            for launch in launches(warps, hist_bins, log_bins):
+                row = {"batch": batch, "budget": budget, "logit_scale": scale, "mean_depth": round(mean_depth, 2)}
+                row.update({key: launch.get(key, "auto") for key in tree_build.LAUNCH_KEYS})
+                try:
+
+                    def call(lists=lists, budget=budget, launch=launch):
+                        return tree_build.build_tree_from_topk(lists, budget, LENGTH, budget, launch=launch)
+
+                    equal = _same_tree(call(), expected)
+                    seconds = graph_seconds(call, 0.05) if device == "cuda" else eager_seconds(call, 0.0, False)
+                    row.update(us=round(seconds * 1e6, 1), equal=equal, note="")
+                except Exception as error:  # a launch that fails costs its row only
+                    row.update(us="", equal="", note=f"{type(error).__name__}: {str(error)[:80]}")
+                rows.append(row)
+                print(", ".join(f"{key}={row[key]}" for key in COLUMNS if row.get(key) != ""), flush=True)
+    _write(out, rows)
+    return rows
+
+
+def _is_default(row: dict) -> bool:
+    return all(row[key] == "auto" for key in ("num_warps", "HIST_BINS", "LOG_BINS"))
+
+
+def best_rows(rows: list[dict]) -> list[dict]:
+    """Per (batch, budget, logit scale): the fastest launch whose trees equal the default's, and the default."""
+    cells: dict[tuple, list[dict]] = {}
+    for row in rows:
+        cells.setdefault((row["batch"], row["budget"], row["logit_scale"]), []).append(row)
+    best = []
+    for (batch, budget, scale), group in cells.items():
+        timed = [r for r in group if r["us"] != "" and r["equal"]]
+        default = next((r["us"] for r in group if _is_default(r)), "")
+        if timed:
+            fastest = min(timed, key=lambda r: r["us"])
+            best.append({"batch": batch, "budget": budget, "logit_scale": scale, "num_warps": fastest["num_warps"],
+                         "HIST_BINS": fastest["HIST_BINS"], "LOG_BINS": fastest["LOG_BINS"], "us": fastest["us"],
+                         "default_us": default})  # fmt: skip
+    return best
+
+
+def _write(out: Path, rows: list[dict]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, columns, table in (("cells.csv", COLUMNS, rows), ("best.csv", BEST_COLUMNS, best_rows(rows))):
+        with open(out / name, "w", newline="") as stream:
+            writer = csv.DictWriter(stream, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(table)
+
+
+def _cells(text: str) -> list[tuple[int, int]]:
+    try:
+        cells = [tuple(int(x) for x in item.split("x")) for item in text.split(",") if item.strip()]
+    except ValueError:
+        cells = []
+    if not cells or any(len(c) != 2 or min(c) < 1 for c in cells):
+        raise typer.BadParameter(f"expected BATCHxBUDGET pairs such as 1x256,64x64, got {text!r}")
+    return cells
+
+
+def main(
+    out: Annotated[Path, typer.Option(help="Folder for cells.csv and best.csv.")],
+    smoke: Annotated[bool, typer.Option(help="Tiny sizes (CPU, Triton interpreter).")] = False,
+    cells: Annotated[
+        str, typer.Option(help="BATCHxBUDGET cells; K of the lists = budget.")
+    ] = "1x256,8x64,64x64,1x1024",
+    scales: Annotated[str, typer.Option(help="Draft logit scales (randn x scale; 12: chain-like).")] = "4,12",
+    vocab: Annotated[int, typer.Option(help="Vocabulary of the draft logits.")] = 152064,
+    warps: Annotated[str, typer.Option(help="Warps of the build program to try.")] = "2,4,8,16",
+    hist_bins: Annotated[str, typer.Option(help="Kept-key histogram buckets (powers of two).")] = "256,2048,16384",
+    log_bins: Annotated[str, typer.Option(help="Radix-selection digit bits to try.")] = "4,6",
+) -> None:
+    """Time every launch of the Triton tree build on the same lists; write cells.csv and best.csv."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    if smoke:
+        cells, scales, vocab, warps, hist_bins, log_bins = "1x8,2x5", "4", 64, "4", "2,2048", "4"
+    scale_list = [float(s) for s in scales.split(",") if s.strip()]
+    run(out, _cells(cells), scale_list, vocab, *(list(parse_ints(t) or ()) for t in (warps, hist_bins, log_bins)))
+
+
+if __name__ == "__main__":
+    typer.run(main)
