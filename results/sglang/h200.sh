@@ -200,14 +200,14 @@ sweeps)
         done
         echo "trace rc=0" >> "$W/done" ;;
       tp2)  # SGLang refuses TP when the GPUs' free memory differs: wait for the other queues to finish
-        until [ "$(grep -c '^all-' "$W/done" 2> /dev/null)" -ge $(($(cat "$W/queues") - 1)) ]; do sleep 10; done
+        until [ "$(cat "$W/done" 2> /dev/null | grep -c '^all-')" -ge $(($(cat "$W/queues") - 1)) ]; do sleep 10; done
         P=$W/cache/SmolLM2-135M-Instruct-heads12
         python3 -m ddbench.testbed pad-heads "$T" "$P" --num-heads 12 --num-kv-heads 4
-        MODEL=$P GPUS=0,1 sweep tp2 --tp 2 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,64 \
+        MODEL=$P GPUS=0,1 sweep tp2 --tp 2 --datasets gsm8k --num-prompts 50 --budgets 15,64 \
           --concurrency 1,16 "${FAST[@]}"
         # the draft side folded at TP 2 (opt-in there: the head's vocab gather runs inside the draft graph)
-        SGLANG_DDTREE_DRAFT_GRAPH=1 MODEL=$P GPUS=0,1 sweep tp2-fold --tp 2 --datasets gsm8k --num-prompts 50 \
-          --budgets 15,64 --concurrency 1,16 "${FAST[@]}" ;;
+        [ "${TP2_FOLD:-1}" = 1 ] && SGLANG_DDTREE_DRAFT_GRAPH=1 MODEL=$P GPUS=0,1 sweep tp2-fold --tp 2 --datasets gsm8k --num-prompts 50 \
+          --budgets 15 --concurrency 1,16 "${FAST[@]}" ;;
       campaign)
         sweep campaign --config testbed-h200-campaign ;;
       campaign-x2)  # the same on both GPUs: two servers side by side (a session of its own)

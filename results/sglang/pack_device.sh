@@ -3,12 +3,24 @@
 # into .device/p1/g, p2/g, ...: one piece per device call, each call under 64 MiB with this checkout
 # (tracked and untracked-not-ignored files travel too). results/sglang/h200.sh joins and unpacks them.
 #   bash results/sglang/pack_device.sh SmolLM2-135M-Instruct.Q4_1.gguf [DATA_DIR]   (rerun when the checkout grows)
+#   bash results/sglang/pack_device.sh --check    exit 1 unless every piece still fits beside the checkout
+#                                                  (run it before the first device call: a refused call costs time)
 set -euo pipefail
-GGUF=$1
-DATA=${2:-../shared/data}
 LIMIT=$((64 * 1024 * 1024))
 MARGIN=$((1024 * 1024))
 tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+if [ "${1:-}" = --check ]; then
+  largest=$(du -b .device/p[0-9]*/g 2>/dev/null | sort -n | tail -1 | cut -f1)
+  [ -n "$largest" ] || { echo "no pieces in .device: pack first" >&2; exit 1; }
+  if [ $((tree + largest)) -ge "$LIMIT" ]; then
+    echo "checkout $tree B + piece $largest B >= 64 MiB: pack again" >&2
+    exit 1
+  fi
+  echo "ok: checkout $tree B + largest piece $largest B < 64 MiB; pieces: $(ls -d .device/p[0-9]* | wc -l)"
+  exit 0
+fi
+GGUF=$1
+DATA=${2:-../shared/data}
 piece=$((LIMIT - tree - MARGIN))
 [ "$piece" -gt $((4 * 1024 * 1024)) ] || { echo "the checkout ($tree B) leaves no room for pieces" >&2; exit 2; }
 stage=$(mktemp -d)
