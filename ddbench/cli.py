@@ -546,13 +546,18 @@ def project(
     interpolate: Annotated[
         bool, typer.Option("--interpolate/--no-interpolate", help="Interpolate unmeasured widths, else skip them.")
     ] = True,
+    overhead_ms: Annotated[
+        str | None,
+        typer.Option(help="Host time added to each round, unscaled: ar=MS,dflash=MS,ddtree=MS (default: none)."),
+    ] = None,
 ) -> None:
     """PROJECTED tokens/s on another GPU: measured cost curves scaled by roofline ratios, with given acceptance."""
     from ddbench import project as projection
 
     try:
         target = projection.gpu(target_gpu, bandwidth, flops)
-        settings = projection.Settings(projection.gpu(source_gpu), target, draft_layers, block, interpolate)
+        overhead = projection.parse_overhead(overhead_ms)
+        settings = projection.Settings(projection.gpu(source_gpu), target, draft_layers, block, interpolate, overhead)
         result = projection.build(
             cost, acceptance, acceptance_from, ddtree_gain_from, kernels, kernel_impl, temperature, settings
         )

@@ -29,8 +29,11 @@ Round model at concurrency B (B requests in flight on one GPU; tokens/s counts a
   target's lm_head); its fc projection and the capture of target hidden states are left out;
 - DDTree budget N: round = draft + tree(B, N) + verify(B, max(N + 1, block)); tokens/s = B x tau(N) / round;
 - DFLASH: round = draft + verify(B, block); tokens/s = B x tau_dflash / round;
-- AR: tokens/s = B / verify(B, 1).
-Host work, scheduling, prefill and memory capacity are not modelled; the context is the cost run's prefix.
+- AR: tokens/s = B / verify(B, 1);
+- --overhead-ms ar=MS,dflash=MS,ddtree=MS adds a fixed time to each method's round (AR: step), unscaled:
+  e.g. the rounds of SGLang serving a small target, where launches and host work are most of the round,
+  as a pessimistic edge (overlap scheduling hides part of it behind a large target's GPU work).
+Prefill and memory capacity are not modelled; the context is the cost run's prefix.
 
 Outputs, each titled "PROJECTION (not measured on <target GPU>)" and naming the cost run and the acceptance
 source: projection.csv (every projected row, the label in its first column) and projection.md (inputs, notes,
@@ -44,7 +47,7 @@ import io
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -128,10 +131,31 @@ class Settings:
     draft_layers: int  # DFlash drafter layers of the target's shape
     block: int  # drafter block size: DFLASH verify width and least DDTree verify width
     interpolate: bool  # verify widths between measured ones: interpolate, else skip
+    overhead_ms: dict[str, float] = field(default_factory=dict)  # method -> ms added to each round (unscaled)
 
     def __post_init__(self):
         if self.draft_layers < 1 or self.block < 2:
             raise DDBenchError(f"--draft-layers must be >= 1 and --block >= 2, got {self.draft_layers}, {self.block}")
+        unknown = set(self.overhead_ms) - set(METHODS)
+        if unknown or any(not (ms >= 0 and math.isfinite(ms)) for ms in self.overhead_ms.values()):
+            raise DDBenchError(f"--overhead-ms takes ms >= 0 for {', '.join(METHODS)}, got {self.overhead_ms}")
+
+
+METHODS = ("ar", "dflash", "ddtree")
+
+
+def parse_overhead(text: str | None) -> dict[str, float]:
+    """'ar=1.4,dflash=3.5,ddtree=3.3' -> {method: ms}; DDBenchError on anything else."""
+    out = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        method, _, value = item.partition("=")
+        try:
+            out[method.strip()] = float(value)
+        except ValueError:
+            raise DDBenchError(f"--overhead-ms wants METHOD=MS items such as ar=1.4,dflash=3.5, got {item!r}") from None
+    return out
 
 
 @dataclass(frozen=True)
@@ -148,6 +172,7 @@ class Row:
     draft_ms: float
     tree_ms: float
     verify_ms: float
+    overhead_ms: float  # --overhead-ms of the method (0 without it)
     round_ms: float
     tokens_per_s: float  # all B streams
     tokens_per_s_per_request: float
@@ -396,13 +421,14 @@ def _rows(name: str, batch: int, curve: Curve, acceptance: Acceptance, tree: Tre
           settings: Settings) -> list[Row]:  # fmt: skip
     out = []
     if curve.verify(1) is not None:
-        out.append(_row(name, batch, "ar", None, 1, 1.0, "definition", 0.0, 0.0, curve.verify(1), curve.measured(1)))
+        out.append(_row(name, batch, "ar", None, 1, 1.0, "definition", 0.0, 0.0, curve.verify(1), curve.measured(1),
+                        settings))  # fmt: skip
     draft_ms, block_ms = curve.draft(settings.block), curve.verify(settings.block)
     if draft_ms is None or block_ms is None:
         return out
     measured = curve.measured(settings.block)
     out.append(_row(name, batch, "dflash", None, settings.block, acceptance.dflash[name], acceptance.origin, draft_ms,
-                    0.0, block_ms, measured))  # fmt: skip
+                    0.0, block_ms, measured, settings))  # fmt: skip
     source = "derived" if name in acceptance.derived else acceptance.origin
     us_to_target_ms = settings.source.bandwidth / settings.target.bandwidth / 1e3
     for budget, tau in sorted(acceptance.ddtree.get(name, {}).items()):
@@ -410,15 +436,16 @@ def _rows(name: str, batch: int, curve: Curve, acceptance: Acceptance, tree: Tre
         if curve.verify(width) is not None:
             tree_ms = tree.us(batch, budget) * us_to_target_ms if tree else 0.0
             out.append(_row(name, batch, "ddtree", budget, width, tau, source, draft_ms, tree_ms, curve.verify(width),
-                            measured and curve.measured(width)))  # fmt: skip
+                            measured and curve.measured(width), settings))  # fmt: skip
     return out
 
 
 def _row(dataset: str, batch: int, method: str, budget: int | None, width: int, tau: float, source: str,
-         draft_ms: float, tree_ms: float, verify_ms: float, measured: bool) -> Row:  # fmt: skip
-    round_ms = draft_ms + tree_ms + verify_ms
+         draft_ms: float, tree_ms: float, verify_ms: float, measured: bool, settings: Settings) -> Row:  # fmt: skip
+    overhead_ms = settings.overhead_ms.get(method, 0.0)
+    round_ms = draft_ms + tree_ms + verify_ms + overhead_ms
     per_request = tau / round_ms * 1e3
-    return Row(dataset, batch, method, budget, width, tau, source, draft_ms, tree_ms, verify_ms, round_ms,
+    return Row(dataset, batch, method, budget, width, tau, source, draft_ms, tree_ms, verify_ms, overhead_ms, round_ms,
                batch * per_request, per_request, None, None, not measured)  # fmt: skip
 
 
@@ -436,17 +463,22 @@ def _inputs(run: CostRun, acceptance: Acceptance, tree: TreeTimes | None, settin
     prefixes = ", ".join(str(p) for p in sorted({cell.prefix for cell in run.cells}))
     tree_line = "none (--kernels not given): 0 ms" if tree is None else (
         f"{tree.path} ({tree.impl}, vocab {tree.vocab}), scaled by the bandwidth ratio")  # fmt: skip
+    overhead = ", ".join(f"{m} {settings.overhead_ms[m]:g} ms" for m in METHODS if m in settings.overhead_ms)
+    overhead_line = (f"added per round, unscaled (--overhead-ms): {overhead}" if overhead else
+                     "none (--overhead-ms not given): rounds are GPU time only, host work not modelled")  # fmt: skip
     return (
         f"cost run: {run.path} (device {run.device}, preset {run.preset}, prefix {prefixes} tokens, "
         f"{len(run.cells)} timed cells)",
         f"acceptance: {acceptance.source}",
         f"tree round: {tree_line}",
+        f"host time: {overhead_line}",
         _gpu_line("source", settings.source),
         _gpu_line("target", settings.target),
         f"drafter: {settings.draft_layers} layer(s) of the target's shape over T = {settings.block} tokens "
         f"(body_ms x {settings.draft_layers} / {run.shape.layers}) + the target's lm_head (time_ms - body_ms)",
         "scaling: t x floor_target / floor_source per cost cell, floor = max(bytes / bandwidth, FLOPs / peak); "
-        "round = draft + tree + verify(B, max(N + 1, block)); tokens/s = B x tau / round; AR = B / verify(B, 1)",
+        "round = draft + tree + verify(B, max(N + 1, block)) + host time; tokens/s = B x tau / round; "
+        "AR = B / (verify(B, 1) + host time)",
     )  # fmt: skip
 
 

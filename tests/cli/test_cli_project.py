@@ -122,6 +122,19 @@ def test_projection_by_hand_and_best_budget_per_concurrency(tmp_path):
     assert "no DDTree tau per budget for humaneval in the acceptance table, so DDTree cannot be" in result.stdout
 
 
+def test_overhead_adds_to_each_method_round(tmp_path):
+    result, out = invoke(tmp_path, "--overhead-ms", "ar=2,ddtree=6")
+    assert result.exit_code == 0, result.output
+    rows = read_rows(out)
+    # the hand-computed rounds of the test above, plus 2 ms per AR step and 6 ms per DDTree round
+    assert float(rows[("gsm8k", 1, "ar", "")]["tokens_per_s"]) == pytest.approx(1 / 22e-3)
+    assert float(rows[("gsm8k", 1, "dflash", "")]["tokens_per_s"]) == pytest.approx(4 / 38e-3)
+    assert float(rows[("gsm8k", 4, "ddtree", "63")]["tokens_per_s"]) == pytest.approx(32 / 104e-3)
+    assert float(rows[("gsm8k", 4, "ddtree", "63")]["overhead_ms"]) == 6.0
+    assert float(rows[("gsm8k", 4, "dflash", "")]["overhead_ms"]) == 0.0
+    assert "host time: added per round, unscaled (--overhead-ms): ar 2 ms, ddtree 6 ms" in result.stdout
+
+
 def test_no_interpolate_skips_unmeasured_widths(tmp_path):
     result, out = invoke(tmp_path, "--no-interpolate")
     assert result.exit_code == 0, result.output
@@ -296,9 +309,13 @@ def _break_csv(tmp_path):
          "no timed cuda round"),
         (None, ["--kernels", "."], "no cells.csv (not a `ddbench kernels` output folder)"),
         (None, ["--ddtree-gain-from", "."], "is not a ddbench results folder"),
+        (None, ["--overhead-ms", "ar=fast"], "--overhead-ms wants METHOD=MS"),
+        (None, ["--overhead-ms", "eagle=1"], "--overhead-ms takes ms >= 0 for ar, dflash, ddtree"),
+        (None, ["--overhead-ms", "ar=-1"], "--overhead-ms takes ms >= 0"),
     ],
     ids=["no-cost", "cost-columns", "run-json", "acceptance-json", "no-source", "tau-below-1", "budget-key",
-         "tau-above-block", "two-acceptances", "gpu", "draft-layers", "kernel-impl", "no-kernels", "gain-folder"],
+         "tau-above-block", "two-acceptances", "gpu", "draft-layers", "kernel-impl", "no-kernels", "gain-folder",
+         "overhead-text", "overhead-method", "overhead-negative"],
 )  # fmt: skip
 def test_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, setup, args, message):
     write_cost(tmp_path / "cost")
