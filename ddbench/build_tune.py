@@ -9,7 +9,10 @@ draft logits (randn x scale, L = 16, the kernel benchmark's drafts), takes their
 times as CUDA-graph replays (CUDA events; host clock on a CPU) the default build and every launch of the
 grid: warps x HIST_BINS (the kept-key histogram behind the level bound), then each LOG_BINS (the radix
 selection's digit) at the default warps and bins. Each tree is checked field by field against the default's.
-Writes cells.csv (one row per launch) and best.csv (per cell: the fastest equal launch and the default).
+Then the default launch at smaller depth limits (--depths): the program stops after that many levels, so
+the differences split the build's time between its levels and its final selection (those trees are checked
+against the torch build at the same limit). Writes cells.csv (one row per launch) and best.csv (per cell:
+the fastest equal launch at the full depth, and the default).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import typer
 from ddbench.kernel_bench import eager_seconds, graph_seconds, parse_ints
 
 LENGTH = 16
-COLUMNS = ("batch", "budget", "logit_scale", "num_warps", "HIST_BINS", "LOG_BINS", "us", "equal", "mean_depth", "note")
+COLUMNS = ("batch", "budget", "logit_scale", "max_depth", "num_warps", "HIST_BINS", "LOG_BINS", "us", "equal",
+           "mean_depth", "note")  # fmt: skip
 BEST_COLUMNS = ("batch", "budget", "logit_scale", "num_warps", "HIST_BINS", "LOG_BINS", "us", "default_us")
 
 
@@ -52,7 +56,9 @@ def run(
     warps: list[int],
     hist_bins: list[int],
     log_bins: list[int],
+    depths: list[int] = (),
 ) -> list[dict]:
+    from ddtree_core import tree as trees
     from ddtree_core.kernels import topk, tree_build
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -63,16 +69,23 @@ def run(
             logits = (torch.randn(batch, LENGTH, vocab, generator=generator, device=device) * scale).bfloat16()
             lists = topk.draft_topk(logits, min(budget, vocab), 1.0)
             expected = tree_build.build_tree_from_topk(lists, budget, LENGTH, budget)
-            mean_depth = float(expected.depths.clamp(min=0).amax(dim=1).float().mean())
-            for launch in launches(warps, hist_bins, log_bins):
-                row = {"batch": batch, "budget": budget, "logit_scale": scale, "mean_depth": round(mean_depth, 2)}
+            plan = [(LENGTH, launch) for launch in launches(warps, hist_bins, log_bins)]
+            plan += [(depth, {}) for depth in depths if 1 <= depth < LENGTH]
+            for depth, launch in plan:
+                row = {"batch": batch, "budget": budget, "logit_scale": scale, "max_depth": depth}
                 row.update({key: launch.get(key, "auto") for key in tree_build.LAUNCH_KEYS})
                 try:
 
-                    def call(lists=lists, budget=budget, launch=launch):
-                        return tree_build.build_tree_from_topk(lists, budget, LENGTH, budget, launch=launch)
+                    def call(lists=lists, budget=budget, launch=launch, depth=depth):
+                        return tree_build.build_tree_from_topk(lists, budget, depth, budget, launch=launch)
 
-                    equal = _same_tree(call(), expected)
+                    built = call()
+                    if depth == LENGTH:
+                        equal = _same_tree(built, expected)
+                    else:
+                        torch_tree = trees.build_tree_from_topk(lists, budget, max_depth=depth, impl="torch")
+                        equal = _same_tree(built, torch_tree)
+                    row["mean_depth"] = round(float(built.depths.clamp(min=0).amax(dim=1).float().mean()), 2)
                     seconds = graph_seconds(call, 0.05) if device == "cuda" else eager_seconds(call, 0.0, False)
                     row.update(us=round(seconds * 1e6, 1), equal=equal, note="")
                 except Exception as error:  # a launch that fails costs its row only
@@ -87,10 +100,14 @@ def _is_default(row: dict) -> bool:
     return all(row[key] == "auto" for key in ("num_warps", "HIST_BINS", "LOG_BINS"))
 
 
+def _full_depth(row: dict) -> bool:
+    return int(row.get("max_depth", LENGTH)) == LENGTH
+
+
 def best_rows(rows: list[dict]) -> list[dict]:
     """Per (batch, budget, logit scale): the fastest launch whose trees equal the default's, and the default."""
     cells: dict[tuple, list[dict]] = {}
-    for row in rows:
+    for row in filter(_full_depth, rows):
         cells.setdefault((row["batch"], row["budget"], row["logit_scale"]), []).append(row)
     best = []
     for (batch, budget, scale), group in cells.items():
@@ -134,14 +151,18 @@ def main(
     warps: Annotated[str, typer.Option(help="Warps of the build program to try.")] = "2,4,8,16",
     hist_bins: Annotated[str, typer.Option(help="Kept-key histogram buckets (powers of two).")] = "256,2048,16384",
     log_bins: Annotated[str, typer.Option(help="Radix-selection digit bits to try.")] = "4,6",
+    depths: Annotated[
+        str, typer.Option(help="Depth limits for the default launch (levels' cost; '' none).")
+    ] = "1,2,3,4,8",
 ) -> None:
     """Time every launch of the Triton tree build on the same lists; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     if smoke:
-        cells, scales, vocab, warps, hist_bins, log_bins = "1x8,2x5", "4", 64, "4", "2,2048", "4"
+        cells, scales, vocab, warps, hist_bins, log_bins, depths = "1x8,2x5", "4", 64, "4", "2,2048", "4", "1"
     scale_list = [float(s) for s in scales.split(",") if s.strip()]
-    run(out, _cells(cells), scale_list, vocab, *(list(parse_ints(t) or ()) for t in (warps, hist_bins, log_bins)))
+    lists = (list(parse_ints(t) or ()) for t in (warps, hist_bins, log_bins, depths))
+    run(out, _cells(cells), scale_list, vocab, *lists)
 
 
 if __name__ == "__main__":
