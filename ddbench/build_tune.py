@@ -8,7 +8,8 @@ latency: the launch decides how much of it is spent. Per (batch, budget, logit s
 draft logits (randn x scale, L = 16, the kernel benchmark's drafts), takes their top-`budget` lists once, and
 times as CUDA-graph replays (CUDA events; host clock on a CPU) the default build and every launch of the
 grid: warps x HIST_BINS (the kept-key histogram behind the level bound), then each LOG_BINS (the radix
-selection's digit) at the default warps and bins. Each tree is checked field by field against the default's.
+selection's digit), QCH (entries per step of the rank compares) and CHUNK (candidates per block of the
+expand / select passes) alone, the rest at the default. Each tree is checked field by field against the default's.
 Then the default launch at smaller depth limits (--depths): the program stops after that many levels, so
 the differences split the build's time between its levels and its final selection (those trees are checked
 against the torch build at the same limit). Writes cells.csv (one row per launch) and best.csv (per cell:
@@ -29,15 +30,18 @@ import typer
 from ddbench.kernel_bench import eager_seconds, graph_seconds, parse_ints
 
 LENGTH = 16
-COLUMNS = ("batch", "budget", "logit_scale", "max_depth", "num_warps", "HIST_BINS", "LOG_BINS", "us", "equal",
-           "mean_depth", "note")  # fmt: skip
-BEST_COLUMNS = ("batch", "budget", "logit_scale", "num_warps", "HIST_BINS", "LOG_BINS", "us", "default_us")
+KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK")  # tree_build.LAUNCH_KEYS, in column order
+COLUMNS = ("batch", "budget", "logit_scale", "max_depth", *KEYS, "us", "equal", "mean_depth", "note")
+BEST_COLUMNS = ("batch", "budget", "logit_scale", *KEYS, "us", "default_us")
 
 
-def launches(warps: list[int], hist_bins: list[int], log_bins: list[int]) -> list[dict]:
-    """The default ({}) first, then warps x HIST_BINS, then each LOG_BINS alone."""
+def launches(
+    warps: list[int], hist_bins: list[int], log_bins: list[int], qch: list[int] = (), chunk: list[int] = ()
+) -> list[dict]:
+    """The default ({}) first, then warps x HIST_BINS, then each LOG_BINS, QCH and CHUNK alone."""
     grid = [{"num_warps": w, "HIST_BINS": h} for w in warps for h in hist_bins]
-    return [{}] + grid + [{"LOG_BINS": b} for b in log_bins]
+    alone = [{"LOG_BINS": b} for b in log_bins] + [{"QCH": q} for q in qch] + [{"CHUNK": c} for c in chunk]
+    return [{}] + grid + alone
 
 
 def _same_tree(a, b) -> bool:
@@ -57,6 +61,8 @@ def run(
     hist_bins: list[int],
     log_bins: list[int],
     depths: list[int] = (),
+    qch: list[int] = (),
+    chunk: list[int] = (),
 ) -> list[dict]:
     from ddtree_core import tree as trees
     from ddtree_core.kernels import topk, tree_build
@@ -69,11 +75,11 @@ def run(
             logits = (torch.randn(batch, LENGTH, vocab, generator=generator, device=device) * scale).bfloat16()
             lists = topk.draft_topk(logits, min(budget, vocab), 1.0)
             expected = tree_build.build_tree_from_topk(lists, budget, LENGTH, budget)
-            plan = [(LENGTH, launch) for launch in launches(warps, hist_bins, log_bins)]
+            plan = [(LENGTH, launch) for launch in launches(warps, hist_bins, log_bins, qch, chunk)]
             plan += [(depth, {}) for depth in depths if 1 <= depth < LENGTH]
             for depth, launch in plan:
                 row = {"batch": batch, "budget": budget, "logit_scale": scale, "max_depth": depth}
-                row.update({key: launch.get(key, "auto") for key in tree_build.LAUNCH_KEYS})
+                row.update({key: launch.get(key, "auto") for key in KEYS})
                 try:
 
                     def call(lists=lists, budget=budget, launch=launch, depth=depth):
@@ -97,7 +103,7 @@ def run(
 
 
 def _is_default(row: dict) -> bool:
-    return all(row[key] == "auto" for key in ("num_warps", "HIST_BINS", "LOG_BINS"))
+    return all(row[key] == "auto" for key in KEYS)
 
 
 def _full_depth(row: dict) -> bool:
@@ -115,9 +121,8 @@ def best_rows(rows: list[dict]) -> list[dict]:
         default = next((r["us"] for r in group if _is_default(r)), "")
         if timed:
             fastest = min(timed, key=lambda r: r["us"])
-            best.append({"batch": batch, "budget": budget, "logit_scale": scale, "num_warps": fastest["num_warps"],
-                         "HIST_BINS": fastest["HIST_BINS"], "LOG_BINS": fastest["LOG_BINS"], "us": fastest["us"],
-                         "default_us": default})  # fmt: skip
+            best.append({"batch": batch, "budget": budget, "logit_scale": scale, **{k: fastest[k] for k in KEYS},
+                         "us": fastest["us"], "default_us": default})  # fmt: skip
     return best
 
 
@@ -154,14 +159,17 @@ def main(
     depths: Annotated[
         str, typer.Option(help="Depth limits for the default launch (levels' cost; '' none).")
     ] = "1,2,3,4,8",
+    qch: Annotated[str, typer.Option(help="Rank-compare steps to try (powers of two).")] = "8,128",
+    chunk: Annotated[str, typer.Option(help="Candidate blocks to try (powers of two).")] = "256,4096",
 ) -> None:
     """Time every launch of the Triton tree build on the same lists; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     if smoke:
         cells, scales, vocab, warps, hist_bins, log_bins, depths = "1x8,2x5", "4", 64, "4", "2,2048", "4", "1"
+        qch, chunk = "2", "16"
     scale_list = [float(s) for s in scales.split(",") if s.strip()]
-    lists = (list(parse_ints(t) or ()) for t in (warps, hist_bins, log_bins, depths))
+    lists = (list(parse_ints(t) or ()) for t in (warps, hist_bins, log_bins, depths, qch, chunk))
     run(out, _cells(cells), scale_list, vocab, *lists)
 
 

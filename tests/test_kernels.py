@@ -139,10 +139,12 @@ def test_build_holding_the_chain_equals_reference():
             assert_same(out, ref)
 
 
-@pytest.mark.parametrize("launch", [{"HIST_BINS": 2}, {"HIST_BINS": 64, "LOG_BINS": 4}, {"num_warps": 1}])
+@pytest.mark.parametrize(
+    "launch", [{"HIST_BINS": 2}, {"HIST_BINS": 64, "LOG_BINS": 4}, {"num_warps": 1}, {"QCH": 2, "CHUNK": 16}]
+)
 def test_build_launch_overrides_keep_the_trees(launch):
     """Launch overrides change the speed only: a 2-bucket histogram (the loosest bound, and its top bucket
-    ends at 2**31), other radix digits, one warp."""
+    ends at 2**31), other radix digits, one warp, small blocks (many loop steps)."""
     from ddtree_core.kernels import tree_build
 
     generator = torch.Generator().manual_seed(3)
@@ -162,9 +164,11 @@ def test_build_rejects_bad_launch():
 
     topk = draft_topk(torch.randn(1, 2, 8, device=DEVICE), 4, impl="reference")
     with pytest.raises(ValueError, match="unknown launch keys"):
-        tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"CHUNK": 64})
+        tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"PCH": 64})
     with pytest.raises(ValueError, match="HIST_BINS"):
         tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"HIST_BINS": 48})
+    with pytest.raises(ValueError, match="QCH"):
+        tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"QCH": 0})
 
 
 def test_int_budget_and_clamped_tensor_budget():

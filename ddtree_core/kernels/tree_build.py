@@ -400,7 +400,7 @@ def build_tree_from_topk(
 
     budget: an int, or a LongTensor [B] on the top-K's device (clamped to [0, max_budget]).
     hold_chain: a bool, or a BoolTensor [B] on the top-K's device.
-    launch: overrides of `_launch_config` (num_warps, LOG_BINS, HIST_BINS; the speed only, see LAUNCH_KEYS).
+    launch: overrides of `_launch_config` (the speed only; LAUNCH_KEYS names them).
     Needs log-probs <= 0 sorted best first per depth (draft_topk's output). No host sync.
     """
     log_probs, token_ids = topk.log_probs, topk.token_ids
@@ -430,7 +430,13 @@ def build_tree_from_topk(
     return tree
 
 
-LAUNCH_KEYS = ("num_warps", "LOG_BINS", "HIST_BINS")  # the overrides `build_tree_from_topk(launch=)` takes
+LAUNCH_KEYS = (
+    "num_warps",
+    "LOG_BINS",
+    "HIST_BINS",
+    "QCH",
+    "CHUNK",
+)  # the overrides `build_tree_from_topk(launch=)` takes
 
 
 def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None = None) -> dict:
@@ -446,6 +452,10 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     hist_bins = launch.pop("HIST_BINS", 2048)
     if hist_bins < 2 or hist_bins & (hist_bins - 1) or hist_bins > 65536:
         raise ValueError(f"HIST_BINS must be a power of two in [2, 65536], got {hist_bins}")
+    for key in ("QCH", "CHUNK"):
+        value = launch.get(key, 16)
+        if value < 2 or value & (value - 1) or value > 16384:
+            raise ValueError(f"{key} must be a power of two in [2, 16384], got {value}")
     pch = min(1024, max(16, triton.next_power_of_2(n)))
     return {
         "PER_REQUEST_BUDGET": per_request,
