@@ -12,6 +12,8 @@
 # (nvidia-h200-x2): `serve trace grid / gputests kvleak` (logs sweeps-0.log, sweeps-1.log).
 # Jobs (default: match parity-p1 parity-p16, the first run's):
 #   match       the reference engine's held-out prompts and budgets (+ budget 15), concurrency 1
+#   match-ref   the same prompts through the reference engine (bf16, on the GPU) and SGLang, 32 per cell, then
+#               ddbench compare (acceptance within 2 %?)
 #   parity-p1   greedy parity, 100 prompts x 2 datasets, budgets 15..128, concurrency 1 and 16
 #   parity-p16  the same at page size 16
 #   profile     per-stage round time (SGLANG_DDTREE_PROFILE_EVERY) at budgets 15 and 128, one server each, eager
@@ -140,6 +142,14 @@ sweeps)
       case $job in
       match)  # the reference engine's held-out prompts and budgets (results/testbed/reference-cpu), + 15
         sweep match --datasets gsm8k,humaneval,mt-bench --num-prompts 12 --budgets 15,16,32,64,128 ;;
+      match-ref)  # acceptance against the reference engine with both in bf16 on this GPU, 32 prompts per cell
+        python3 -m ddbench sweep --engine reference --gpus "$GPU" --model "$T" --draft "$DRAFT" --data-dir "$W/data" \
+          --datasets gsm8k,humaneval,mt-bench --num-prompts 32 --max-new-tokens 128 --budgets 15,32,64,128 \
+          --out "$W/runs/match-ref-engine" --server-arg=--dtype --server-arg=bfloat16
+        echo "match-ref-engine rc=$?" >> "$W/done"
+        sweep match-ref --datasets gsm8k,humaneval,mt-bench --num-prompts 32 --budgets 15,32,64,128
+        python3 -m ddbench compare "$W/runs/match-ref" --baseline "$W/runs/match-ref-engine" --no-speed \
+          --equal-accept-tol 0.02 > "$W/runs/match-ref/compare-reference.md" 2>&1 ;;
       parity-p1)  # greedy parity: 100 prompts x 128 tokens, 1 and 16 in flight, page size 1
         sweep parity-p1 --datasets gsm8k,humaneval --num-prompts 100 --budgets 15,32,64,128 --concurrency 1,16 ;;
       parity-p16)
