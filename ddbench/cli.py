@@ -116,10 +116,13 @@ def sweep(
     startup_timeout: Annotated[
         float | None, typer.Option(help="Seconds a server may take to become healthy (default: 900).")
     ] = None,
+    dry_run: Annotated[
+        bool, typer.Option(help="List the servers and unfinished cells a run would start, then exit; writes nothing.")
+    ] = False,
 ) -> None:
     """Measure AR, DFLASH and DDTree cells (budget x depth x draft temperature x held chain) per dataset,
     temperature, load."""
-    from ddbench.runner import run_sweep
+    from ddbench.runner import plan_sweep, run_sweep
 
     flags = dict(
         engine=engine, model=model, draft=draft, methods=methods, budgets=budgets, depths=depths,
@@ -133,6 +136,9 @@ def sweep(
         values = read_config_file(config) if config else {}
         values.update({key: value for key, value in flags.items() if value is not None})
         sweep_config = build_config(_machine_defaults(values), {})
+        if dry_run:
+            _print_plan(plan_sweep(sweep_config), sweep_config)
+            return
         with _progress() as progress:
             outcome = run_sweep(sweep_config, progress)
     except DDBenchError as error:
@@ -146,6 +152,19 @@ def sweep(
     )
     if outcome.failed:
         raise fail(f"{len(outcome.failed)} cell(s) failed, rerun to retry; first: {outcome.failed[0]}")
+
+
+def _print_plan(plan, config) -> None:
+    """One line per server to start (in start order), then the totals."""
+    say = _console().print
+    say(f"dry run: {config.out} (nothing written)", markup=False, highlight=False)
+    for number, job in enumerate(plan.jobs, 1):
+        cells = job.cells[0].cell_id + (f" .. {job.cells[-1].cell_id}" if len(job.cells) > 1 else "")
+        say(f"{number:>3}. {job.spec.label}: {len(job.cells)} cell(s), {cells}", markup=False, highlight=False,
+            soft_wrap=True)  # fmt: skip
+    pending = sum(len(job.cells) for job in plan.jobs)
+    say(f"{pending} cells to run on {len(plan.jobs)} server start(s), {plan.slots} side by side; "
+        f"{plan.skipped} already done", markup=False, highlight=False)  # fmt: skip
 
 
 # What a sweep on the reference engine measures unless told otherwise (the SGLang defaults are the

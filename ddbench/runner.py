@@ -81,6 +81,24 @@ class SweepOutcome:
     failed: tuple[str, ...]  # "cell_id: error" of the cells that failed in this run, in grid order
 
 
+@dataclass(frozen=True)
+class SweepPlan:
+    jobs: tuple[Job, ...]  # the servers a run would start and the unfinished cells each measures
+    skipped: int  # cells an earlier run had finished
+    slots: int  # servers that run side by side
+
+
+def plan_sweep(config: SweepConfig) -> SweepPlan:
+    """What `run_sweep` would start, writing nothing (a folder holding other settings is refused the same way)."""
+    folder = RunFolder(Path(config.out).expanduser())
+    previous_manifest(folder, config)
+    cells = expand_cells(config)
+    pending = [cell for cell in cells if not folder.is_done(cell)]
+    slots = len(plan_slots(config))
+    jobs = plan_jobs(config, pending, slots) if pending else []
+    return SweepPlan(tuple(jobs), len(cells) - len(pending), slots)
+
+
 def run_sweep(config: SweepConfig, progress: SweepProgress | None = None) -> SweepOutcome:
     """Run every unfinished cell of `config`'s grid into `config.out`, then rewrite the merged files.
 

@@ -86,6 +86,20 @@ def test_rerun_skips_finished_cells(swept, tiny_pair, prompt_file):
     assert (swept / "summary.csv").read_text() == before
 
 
+def test_dry_run_lists_what_is_left_and_writes_nothing(swept, tiny_pair, prompt_file, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(swept, out)
+    before = sorted(path.relative_to(out) for path in out.rglob("*"))
+    result = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out, "--budgets", "2,4", "--dry-run"))
+    assert result.exit_code == 0, result.output
+    assert "1. reference-ddtree: 1 cell(s), tiny__ddtree-b4-dauto-dt1__t0__c1\n" in result.output
+    assert "1 cells to run on 1 server start(s), 2 side by side; 3 already done" in result.output
+    assert sorted(path.relative_to(out) for path in out.rglob("*")) == before
+    fresh = runner.invoke(app, sweep_args(tiny_pair, prompt_file, tmp_path / "new", "--dry-run"))
+    assert "4 cells to run on 3 server start(s)" in fresh.output  # one DDTree server: per-request budgets
+    assert not (tmp_path / "new").exists()
+
+
 def test_report_prints_tables_and_markdown(swept, tmp_path):
     result = runner.invoke(app, ["report", str(swept), "--markdown", str(tmp_path / "report.md")])
     assert result.exit_code == 0, result.output
