@@ -517,6 +517,15 @@ def trace(ctx: typer.Context) -> None:
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
+def replay(ctx: typer.Context) -> None:
+    """An engine's greedy DFLASH / DDTree rounds recomputed by the reference engine on the same text
+    (ddbench/replay.py); `ddbench replay --help` for options."""
+    from ddbench import replay as tool
+
+    _run_tool(tool.main, ctx, "ddbench replay")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
 def cost(ctx: typer.Context) -> None:
     """Verify cost of a random Qwen3-shaped target (ddbench/cost_bench.py); `ddbench cost --help` for options."""
     from ddbench import cost_bench

@@ -90,3 +90,20 @@ def prompt_file(tmp_path_factory) -> Path:
     ]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
+
+
+@pytest.fixture(scope="session")
+def swept(tiny_pair, prompt_file, tmp_path_factory) -> Path:
+    """One reference-engine sweep (AR, DFLASH, DDTree b2 and b8, 8 tokens) run by two CPU workers in parallel;
+    tests read it (copy it to change it)."""
+    from typer.testing import CliRunner
+
+    from ddbench.cli import app
+
+    target, draft = tiny_pair
+    out = tmp_path_factory.mktemp("sweep") / "run"
+    result = CliRunner().invoke(app, ["sweep", "--engine", "reference", "--model", str(target), "--draft", str(draft),
+                                      "--datasets", str(prompt_file), "--budgets", "2,8", "--max-new-tokens", "8",
+                                      "--out", str(out), "--workers", "2"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return out

@@ -30,15 +30,6 @@ def sweep_args(pair, prompts, out, *extra) -> list[str]:
     ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def swept(tiny_pair, prompt_file, tmp_path_factory) -> Path:
-    """One sweep (AR, DFLASH, DDTree b2 and b8) run by two CPU workers in parallel."""
-    out = tmp_path_factory.mktemp("sweep") / "run"
-    result = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out, "--workers", "2"))
-    assert result.exit_code == 0, result.output
-    return out
-
-
 def summary_rows(folder: Path) -> list[dict]:
     with open(folder / "summary.csv") as stream:
         return list(csv.DictReader(stream))
