@@ -29,7 +29,7 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.strength import chain_matches, same_but_last, tree_matches
+from ddbench.strength import greedy_rounds, same_but_last
 
 COLUMNS = ("cell_id", "method", "budget", "hold_chain", "responses", "same_histogram", "tokens", "engine_rounds",
            "replay_rounds", "engine_tau", "replay_tau", "relative_diff")  # fmt: skip
@@ -46,23 +46,16 @@ def replay(prompt: list[int], output: list[int], budget: int | None, hold_chain:
     from ddtree_core.reference.dflash import DFlashProposer
 
     ids = list(prompt) + list(output)
-    end, p, taus = len(ids) - 1, len(prompt), []
     with torch.inference_mode():
         out = target(torch.tensor([ids]), output_hidden_states=True)
         features = _features(out.hidden_states, drafter.target_layer_ids)
-        while p < end:
+
+        def draft(p: int) -> torch.Tensor:
             proposer = DFlashProposer(drafter, target)
             proposer.add_context(features[:, :p])
-            log_probs = torch.log_softmax(proposer.propose(ids[: p + 1])[0].float(), dim=-1)
-            truth = ids[p + 1 : p + 1 + log_probs.shape[0]]
-            if budget is None:
-                matches = chain_matches(log_probs, truth)
-            else:
-                matches = tree_matches(log_probs, budget, truth, hold_chain=hold_chain)
-            tau = min(matches + 1, end - p)
-            taus.append(tau)
-            p += tau
-    return Replayed(taus)
+            return torch.log_softmax(proposer.propose(ids[: p + 1])[0].float(), dim=-1)
+
+        return Replayed(greedy_rounds(ids, len(prompt), draft, budget, hold_chain=hold_chain))
 
 
 def engine_rounds(meta_info: dict) -> int | None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import csv
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -102,14 +102,28 @@ def tree_matches(log_probs: torch.Tensor, budget: int, truth: list[int], *, hold
 def simulate(trajectory: Trajectory, alpha: float, budget: int | None, *, with_chain: bool = False) -> list[int]:
     """The rounds' acceptance lengths (bonus included); budget None = DFlash's chain; with_chain: a tree
     that holds the chain (budget >= L)."""
-    ids, end, p, taus = trajectory.ids, len(trajectory.ids) - 1, trajectory.first, []
+    draft = lambda p: mixed(trajectory, p, alpha)  # noqa: E731
+    return greedy_rounds(trajectory.ids, trajectory.first, draft, budget, hold_chain=with_chain)
+
+
+def greedy_rounds(
+    ids: Sequence[int],
+    first: int,
+    draft: Callable[[int], torch.Tensor],
+    budget: int | None,
+    *,
+    hold_chain: bool = False,
+) -> list[int]:
+    """The acceptance lengths of the greedy rounds that emit ids[first + 1:], starting from the bonus token at
+    `first`; draft(p) gives the block's log-probs [L, V] at bonus position p. The last round is cut at the end."""
+    end, p, taus = len(ids) - 1, first, []
     while p < end:
-        log_probs = mixed(trajectory, p, alpha)
-        truth = ids[p + 1 : p + 1 + log_probs.shape[0]]
+        log_probs = draft(p)
+        truth = list(ids[p + 1 : p + 1 + log_probs.shape[0]])
         if budget is None:
             matches = chain_matches(log_probs, truth)
         else:
-            matches = tree_matches(log_probs, budget, truth, hold_chain=with_chain)
+            matches = tree_matches(log_probs, budget, truth, hold_chain=hold_chain)
         tau = min(matches + 1, end - p)
         taus.append(tau)
         p += tau
@@ -192,7 +206,7 @@ def same_but_last(taus: Sequence[int], histogram: Sequence[int]) -> bool:
     if not any(diff):
         return True
     moved = [i for i, d in enumerate(diff) if d]
-    return (len(moved) == 2 and diff[moved[0]] == -1 and diff[moved[1]] == 1 and moved[0] == taus[-1] - 1)
+    return len(moved) == 2 and diff[moved[0]] == -1 and diff[moved[1]] == 1 and moved[0] == taus[-1] - 1
 
 
 def sweep(
