@@ -27,7 +27,7 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.kernel_bench import eager_seconds, graph_seconds, parse_ints
+from ddbench.kernel_bench import parse_ints, tune_row
 
 LENGTH = 16
 KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK")  # tree_build.LAUNCH_KEYS, in column order
@@ -80,24 +80,17 @@ def run(
             for depth, launch in plan:
                 row = {"batch": batch, "budget": budget, "logit_scale": scale, "max_depth": depth}
                 row.update({key: launch.get(key, "auto") for key in KEYS})
-                try:
 
-                    def call(lists=lists, budget=budget, launch=launch, depth=depth):
-                        return tree_build.build_tree_from_topk(lists, budget, depth, budget, launch=launch)
+                def call(lists=lists, budget=budget, launch=launch, depth=depth):
+                    return tree_build.build_tree_from_topk(lists, budget, depth, budget, launch=launch)
 
-                    built = call()
-                    if depth == LENGTH:
-                        equal = _same_tree(built, expected)
-                    else:
-                        torch_tree = trees.build_tree_from_topk(lists, budget, max_depth=depth, impl="torch")
-                        equal = _same_tree(built, torch_tree)
-                    row["mean_depth"] = round(float(built.depths.clamp(min=0).amax(dim=1).float().mean()), 2)
-                    seconds = graph_seconds(call, 0.05) if device == "cuda" else eager_seconds(call, 0.0, False)
-                    row.update(us=round(seconds * 1e6, 1), equal=equal, note="")
-                except Exception as error:  # a launch that fails costs its row only
-                    row.update(us="", equal="", note=f"{type(error).__name__}: {str(error)[:80]}")
-                rows.append(row)
-                print(", ".join(f"{key}={row[key]}" for key in COLUMNS if row.get(key) != ""), flush=True)
+                def check(built, lists=lists, budget=budget, depth=depth, expected=expected):
+                    want = expected if depth == LENGTH else trees.build_tree_from_topk(
+                        lists, budget, max_depth=depth, impl="torch")  # fmt: skip
+                    mean_depth = float(built.depths.clamp(min=0).amax(dim=1).float().mean())
+                    return {"equal": _same_tree(built, want), "mean_depth": round(mean_depth, 2)}
+
+                rows.append(tune_row(row, call, check, COLUMNS))
     _write(out, rows)
     return rows
 

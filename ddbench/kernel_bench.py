@@ -24,7 +24,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -133,6 +133,21 @@ def graph_seconds(fn: Callable[[], object], min_seconds: float) -> float:
         del graph
 
 
+def tune_row(row: dict, call: Callable[[], object], check: Callable[[object], dict], columns: Sequence[str]) -> dict:
+    """One launch of a tuning sweep: row gets check(call())'s fields (e.g. equal), then us, the mean of
+    CUDA-graph replays of call (host clock on a CPU), and note; a launch that fails costs its row only
+    (us and equal empty, note the error). Prints the row's non-empty columns."""
+    try:
+        row.update(check(call()))
+        cuda = torch.cuda.is_available()
+        seconds = graph_seconds(call, 0.05) if cuda else eager_seconds(call, 0.0, False)
+        row.update(us=round(seconds * 1e6, 1), note="")
+    except Exception as error:  # noqa: BLE001 - a launch that fails costs its row only
+        row.update(us="", equal="", note=f"{type(error).__name__}: {str(error)[:80]}")
+    print(", ".join(f"{key}={row[key]}" for key in columns if row.get(key, "") != ""), flush=True)
+    return row
+
+
 def eager_seconds(fn: Callable[[], object], min_seconds: float, events: bool) -> float:
     """Mean seconds per eager call: CUDA events, or the host clock (fn must finish its own work)."""
     fn()
@@ -184,13 +199,17 @@ def round_stages(
         mask_fn(new_tree, roots)
         return follow_tree(new_tree, target, impl=impl)
 
-    return {
-        "topk": lambda: draft_topk(logits, k, impl=impl),
-        "build": lambda: build_tree_from_topk(topk, budget, max_budget=budget, impl=impl),
-        "mask": lambda: mask_fn(tree, roots),
-        "walk": lambda: follow_tree(tree, target, impl=impl),
-        "round": whole_round,
-    }, tree.num_nodes, tree.depths
+    return (
+        {
+            "topk": lambda: draft_topk(logits, k, impl=impl),
+            "build": lambda: build_tree_from_topk(topk, budget, max_budget=budget, impl=impl),
+            "mask": lambda: mask_fn(tree, roots),
+            "walk": lambda: follow_tree(tree, target, impl=impl),
+            "round": whole_round,
+        },
+        tree.num_nodes,
+        tree.depths,
+    )
 
 
 def mask_stage(impl: str) -> Callable[[object, torch.Tensor], object]:

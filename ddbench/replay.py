@@ -29,7 +29,7 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.strength import greedy_rounds, same_but_last
+from ddbench.strength import greedy_rounds, open_run, same_but_last
 
 COLUMNS = ("cell_id", "method", "budget", "hold_chain", "responses", "same_histogram", "tokens", "engine_rounds",
            "replay_rounds", "engine_tau", "replay_tau", "relative_diff")  # fmt: skip
@@ -64,18 +64,7 @@ def engine_rounds(meta_info: dict) -> int | None:
 
 
 def run(results: Path, model: str, data_dir: str | None, limit: int | None, progress=None) -> list[dict]:
-    from transformers import AutoTokenizer
-
-    from ddbench.diverge import PromptBuilder
-    from ddbench.results import find_run_folder, load_cells
-    from ddtree_core.reference.loading import load_models
-
-    folder = find_run_folder(results)
-    config = folder.read_manifest()["config"]
-    cells = load_cells(folder)
-    ar = [r for c in cells if c.cell.method == "ar" for r in c.records]
-    builder = PromptBuilder(config, AutoTokenizer.from_pretrained(model), ar, data_dir)
-    models = load_models(model, config["draft"], dtype="float32", device="cpu")
+    cells, _, builder, models = open_run(results, model, data_dir)
     rows = []
     for cell in cells:
         method = cell.cell.method

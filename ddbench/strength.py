@@ -151,8 +151,9 @@ def trajectory(
     return Trajectory(dataset, prompt_index, ids, len(prompt), drafts, oracle)
 
 
-def load_trajectories(results: Path, model: str, data_dir: str | None, datasets: Sequence[str], limit: int | None):
-    """The run's single-turn AR outputs with their prompts, and the engine's records of the other methods."""
+def open_run(results: Path, model: str, data_dir: str | None):
+    """A results folder's cells, its AR records, the builder of its requests' prompts, and the reference
+    engine's target and drafter in float32 on the CPU."""
     from transformers import AutoTokenizer
 
     from ddbench.diverge import PromptBuilder
@@ -164,7 +165,12 @@ def load_trajectories(results: Path, model: str, data_dir: str | None, datasets:
     cells = load_cells(folder)
     ar = [r for c in cells if c.cell.method == "ar" for r in c.records]
     builder = PromptBuilder(config, AutoTokenizer.from_pretrained(model), ar, data_dir)
-    models = load_models(model, config["draft"], dtype="float32", device="cpu")
+    return cells, ar, builder, load_models(model, config["draft"], dtype="float32", device="cpu")
+
+
+def load_trajectories(results: Path, model: str, data_dir: str | None, datasets: Sequence[str], limit: int | None):
+    """The run's single-turn AR outputs with their prompts, and the engine's records of the other methods."""
+    cells, ar, builder, models = open_run(results, model, data_dir)
     chosen = [r for r in ar if r.dataset in datasets and r.turn == 0]
     chosen = sorted(chosen, key=lambda r: (r.dataset, r.prompt_index))[: limit or None]
     trajectories = [

@@ -28,7 +28,7 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.kernel_bench import eager_seconds, graph_seconds, parse_ints
+from ddbench.kernel_bench import parse_ints, tune_row
 
 LENGTH = 16
 PARAMS = ("tile", "chunks", "warps", "group", "select_warps")
@@ -69,24 +69,16 @@ def run(
                     applies = PARAMS if method == "radix" else PARAMS[:3]
                     row = {"method": method, "batch": batch, "vocab": vocab, "k": k}
                     row.update({p: kwargs.get(p, "auto") if p in applies else "" for p in PARAMS})
-                    try:
-                        got = fn(logits, k, 1.0, **kwargs)
 
-                        def call(fn=fn, logits=logits, k=k, kwargs=kwargs):
-                            return fn(logits, k, 1.0, **kwargs)
+                    def call(fn=fn, logits=logits, k=k, kwargs=kwargs):
+                        return fn(logits, k, 1.0, **kwargs)
 
-                        seconds = (
-                            graph_seconds(call, 0.05) if device == "cuda" else eager_seconds(call, 0.0, False)
-                        )
+                    def check(got, expected=expected):
                         # Ids exactly; log-probs to float32 rounding (the logsumexps sum in different orders).
-                        equal = torch.equal(got.token_ids, expected.token_ids) and torch.allclose(
-                            got.log_probs, expected.log_probs, rtol=0, atol=1e-5
-                        )
-                        row.update(us=round(seconds * 1e6, 1), equal=equal, note="")
-                    except Exception as error:  # a launch that fails costs its row only
-                        row.update(us="", equal="", note=f"{type(error).__name__}: {str(error)[:80]}")
-                    rows.append(row)
-                    print(", ".join(f"{key}={row[key]}" for key in COLUMNS if row.get(key) != ""), flush=True)
+                        ids = torch.equal(got.token_ids, expected.token_ids)
+                        return {"equal": ids and torch.allclose(got.log_probs, expected.log_probs, rtol=0, atol=1e-5)}
+
+                    rows.append(tune_row(row, call, check, COLUMNS))
     _write(out, rows)
     return rows
 
