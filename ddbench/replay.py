@@ -64,7 +64,7 @@ def engine_rounds(meta_info: dict) -> int | None:
 
 
 def run(results: Path, model: str, data_dir: str | None, limit: int | None, progress=None) -> list[dict]:
-    cells, _, builder, models = open_run(results, model, data_dir)
+    cells, builder_for, models = open_run(results, model, data_dir)
     rows = []
     for cell in cells:
         method = cell.cell.method
@@ -72,6 +72,7 @@ def run(results: Path, model: str, data_dir: str | None, limit: int | None, prog
             continue
         budget = cell.cell.budget if method == "ddtree" else None
         hold = bool(getattr(cell.cell, "hold_chain", False))
+        builder = builder_for(cell.records)  # a later turn carried this cell's own earlier answers
         records = sorted(cell.records, key=lambda r: (r.prompt_index, r.turn))[: limit or None]
         same = tokens = ours = theirs = 0
         for record in records:

@@ -152,8 +152,9 @@ def trajectory(
 
 
 def open_run(results: Path, model: str, data_dir: str | None):
-    """A results folder's cells, its AR records, the builder of its requests' prompts, and the reference
-    engine's target and drafter in float32 on the CPU."""
+    """A results folder's cells, a maker of prompt builders (`builder(records)`: the prompts of requests whose
+    earlier turns carried those records' answers, as the client sent them), and the reference engine's target
+    and drafter in float32 on the CPU."""
     from transformers import AutoTokenizer
 
     from ddbench.diverge import PromptBuilder
@@ -162,15 +163,19 @@ def open_run(results: Path, model: str, data_dir: str | None):
 
     folder = find_run_folder(results)
     config = folder.read_manifest()["config"]
-    cells = load_cells(folder)
-    ar = [r for c in cells if c.cell.method == "ar" for r in c.records]
-    builder = PromptBuilder(config, AutoTokenizer.from_pretrained(model), ar, data_dir)
-    return cells, ar, builder, load_models(model, config["draft"], dtype="float32", device="cpu")
+    tokenizer = AutoTokenizer.from_pretrained(model)
+
+    def builder(records) -> PromptBuilder:
+        return PromptBuilder(config, tokenizer, records, data_dir)
+
+    return load_cells(folder), builder, load_models(model, config["draft"], dtype="float32", device="cpu")
 
 
 def load_trajectories(results: Path, model: str, data_dir: str | None, datasets: Sequence[str], limit: int | None):
     """The run's single-turn AR outputs with their prompts, and the engine's records of the other methods."""
-    cells, ar, builder, models = open_run(results, model, data_dir)
+    cells, builder_for, models = open_run(results, model, data_dir)
+    ar = [r for c in cells if c.cell.method == "ar" for r in c.records]
+    builder = builder_for(ar)
     chosen = [r for r in ar if r.dataset in datasets and r.turn == 0]
     chosen = sorted(chosen, key=lambda r: (r.dataset, r.prompt_index))[: limit or None]
     trajectories = [

@@ -45,3 +45,18 @@ def test_not_a_results_folder_exits_2(tmp_path, tiny_pair):
         and result.stderr.startswith("error: ")
         and "not a ddbench results folder" in result.stderr
     )
+
+
+def test_a_later_turn_is_rebuilt_from_the_cells_own_answers(swept, tiny_pair, tmp_path):
+    """The client sends turn t with the cell's own earlier answers, not AR's: AR answering otherwise changes
+    nothing here (with AR's answers the rebuilt prompt's hash would not match)."""
+    out = tmp_path / "run"
+    shutil.copytree(swept, out)
+    path = next((out / "cells").glob("*__ar__*.jsonl"))
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    first_turn = next(r for r in records if r["turn"] == 0 and any(o["prompt_index"] == r["prompt_index"] and
+                                                                    o["turn"] == 1 for o in records))  # fmt: skip
+    first_turn["output_ids"] = first_turn["output_ids"][:1]  # another first answer
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    rows = replay.run(out, str(tiny_pair[0]), None, None)
+    assert all(row["responses"] == 4 and row["relative_diff"] == 0.0 for row in rows)
