@@ -22,6 +22,7 @@ Temperature-0 cells only; held-chain cells replay the held tree.
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -63,12 +64,25 @@ def engine_rounds(meta_info: dict) -> int | None:
     return int(sum(histogram)) if histogram else None
 
 
-def run(results: Path, model: str, data_dir: str | None, limit: int | None, progress=None) -> list[dict]:
+def run(
+    results: Path,
+    model: str,
+    data_dir: str | None,
+    limit: int | None,
+    progress=None,
+    *,
+    datasets: Sequence[str] | None = None,
+    on_cell=None,
+) -> list[dict]:
+    """One row per greedy DFLASH / DDTree cell (of `datasets`, default all); progress(record) after each
+    response, on_cell(rows) after each cell (so an interrupted replay keeps what it finished)."""
     cells, builder_for, models = open_run(results, model, data_dir)
     rows = []
     for cell in cells:
         method = cell.cell.method
         if method not in ("dflash", "ddtree") or cell.cell.temperature != 0.0 or not cell.records:
+            continue
+        if datasets and cell.cell.dataset not in datasets:
             continue
         budget = cell.cell.budget if method == "ddtree" else None
         hold = bool(getattr(cell.cell, "hold_chain", False))
@@ -93,6 +107,8 @@ def run(results: Path, model: str, data_dir: str | None, limit: int | None, prog
                      "responses": len(records), "same_histogram": same, "tokens": tokens, "engine_rounds": theirs,
                      "replay_rounds": ours, "engine_tau": round(engine_tau, 4), "replay_tau": round(replay_tau, 4),
                      "relative_diff": round(engine_tau / replay_tau - 1, 4)})  # fmt: skip
+        if on_cell:
+            on_cell(rows)
     return rows
 
 
@@ -116,6 +132,7 @@ def main(
     limit: Annotated[int | None, typer.Option(help="Responses per cell at most (default: all).")] = None,
     tol: Annotated[float, typer.Option(help="Largest relative tau difference per cell.")] = 0.02,
     out: Annotated[Path | None, typer.Option(help="Folder for replay.csv / replay.md (default: RESULTS).")] = None,
+    datasets: Annotated[str | None, typer.Option(help="Datasets to replay, comma list (default: all).")] = None,
 ) -> None:
     """Replay an engine's greedy responses with the reference engine; compare acceptance on the same text."""
     from rich.console import Console
@@ -123,20 +140,25 @@ def main(
     from ddbench.config import DDBenchError
 
     console = Console()
+    out = out or results
+
+    def write(rows: list[dict]) -> None:  # after every cell
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "replay.csv", "w", newline="") as stream:
+            writer = csv.DictWriter(stream, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+        (out / "replay.md").write_text(markdown(rows, tol))
+
+    wanted = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None
     try:
-        rows = run(results, model, data_dir, limit, lambda r: console.print(f"{r.cell_id} {r.prompt_index}.{r.turn}"))
+        rows = run(results, model, data_dir, limit, lambda r: console.print(f"{r.cell_id} {r.prompt_index}.{r.turn}"),
+                   datasets=wanted, on_cell=write)  # fmt: skip
     except DDBenchError as error:
         Console(stderr=True).print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    out = out or results
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "replay.csv", "w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    text = markdown(rows, tol)
-    (out / "replay.md").write_text(text)
-    console.print(text, markup=False)
+    write(rows)
+    console.print(markdown(rows, tol), markup=False)
     if any(abs(row["relative_diff"]) > tol for row in rows):
         raise typer.Exit(1)
 

@@ -18,6 +18,9 @@ def test_the_reference_engine_replays_its_own_rounds_exactly(swept, tiny_pair):
     for row in rows:
         assert row["responses"] == 4 and row["same_histogram"] == 4, row  # 3 prompts, one with a second turn
         assert row["engine_rounds"] == row["replay_rounds"] and row["relative_diff"] == 0.0
+    written = []
+    assert replay.run(swept, str(tiny_pair[0]), None, None, datasets=["nosuch"], on_cell=written.append) == []
+    assert written == []
 
 
 def test_a_cell_with_other_rounds_fails_and_says_which(swept, tiny_pair, tmp_path):
