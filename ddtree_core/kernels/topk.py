@@ -390,8 +390,7 @@ def draft_topk(
     `python -m ddbench.topk_tune`. No host sync; CUDA-graph capturable.
     """
     batch, length, vocab = logits.shape
-    if not 1 <= k <= vocab or vocab >= 2**31 - 1:
-        raise ValueError(f"need 1 <= k <= vocab < 2**31 - 1, got k={k}, vocab={vocab}")
+    check_k(k, vocab)
     if tile is not None and (tile < 4 or tile & (tile - 1)):
         raise ValueError(f"tile must be a power of two >= 4, got {tile}")
     if k > MAX_K:
@@ -402,6 +401,12 @@ def draft_topk(
     if rows.shape[0] > 0:
         _launch(rows, k, draft_temperature, tile, chunks, warps, log_probs, token_ids)
     return DraftTopK(log_probs=log_probs.view(batch, length, k), token_ids=token_ids.view(batch, length, k))
+
+
+def check_k(k: int, vocab: int) -> None:
+    """ValueError unless 1 <= k <= vocab < 2**31 - 1 (int32 token ids and order keys)."""
+    if not 1 <= k <= vocab or vocab >= 2**31 - 1:
+        raise ValueError(f"need 1 <= k <= vocab < 2**31 - 1, got k={k}, vocab={vocab}")
 
 
 def rows_and_outputs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

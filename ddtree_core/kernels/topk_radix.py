@@ -67,6 +67,7 @@ from ddtree_core.kernels.topk import (
     _select_top,
     _shrink,
     _write_best,
+    check_k,
     rows_and_outputs,
 )
 from ddtree_core.tree import DraftTopK
@@ -246,8 +247,7 @@ def draft_topk(
     capturable.
     """
     *lead, vocab = logits.shape
-    if not 1 <= k <= vocab or vocab >= 2**31 - 1:
-        raise ValueError(f"need 1 <= k <= vocab < 2**31 - 1, got k={k}, vocab={vocab}")
+    check_k(k, vocab)
     for name, value in (("tile", tile), ("group", group)):
         if value is not None and (value < 2 or value & (value - 1)):
             raise ValueError(f"{name} must be a power of two >= 2, got {value}")

@@ -445,17 +445,8 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     Any HIST_BINS (a power of two, 2..65536) gives the same trees: a coarser kept-key histogram only
     loosens the bound of step 4, so more candidates survive to the exact selection.
     """
-    launch = dict(launch or {})
-    unknown = set(launch) - set(LAUNCH_KEYS)
-    if unknown:
-        raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
+    launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 2048)
-    if hist_bins < 2 or hist_bins & (hist_bins - 1) or hist_bins > 65536:
-        raise ValueError(f"HIST_BINS must be a power of two in [2, 65536], got {hist_bins}")
-    for key in ("QCH", "CHUNK"):
-        value = launch.get(key, 16)
-        if value < 2 or value & (value - 1) or value > 16384:
-            raise ValueError(f"{key} must be a power of two in [2, 16384], got {value}")
     pch = min(1024, max(16, triton.next_power_of_2(n)))
     return {
         "PER_REQUEST_BUDGET": per_request,
@@ -468,6 +459,19 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "HIST_SHIFT": 31 - (hist_bins.bit_length() - 1),  # keys < 2**31: bucket = key >> HIST_SHIFT
         "num_warps": 4 if n <= 128 else 8,
     } | launch
+
+
+def _checked(launch: dict) -> dict:
+    """A copy of `launch`, refused (ValueError) unless every key is a LAUNCH_KEYS one with a valid value."""
+    unknown = set(launch) - set(LAUNCH_KEYS)
+    if unknown:
+        raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
+    limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384}
+    for key, most in limits.items():
+        value = launch.get(key, 16)
+        if value < 2 or value & (value - 1) or value > most:
+            raise ValueError(f"{key} must be a power of two in [2, {most}], got {value}")
+    return dict(launch)
 
 
 def _check_inputs(
