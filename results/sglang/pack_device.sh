@@ -12,11 +12,11 @@ tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -
 if [ "${1:-}" = --check ]; then
   largest=$(du -b .device/p[0-9]*/g 2>/dev/null | sort -n | tail -1 | cut -f1)
   [ -n "$largest" ] || { echo "no pieces in .device: pack first" >&2; exit 1; }
-  if [ $((tree + largest)) -ge "$LIMIT" ]; then
-    echo "checkout $tree B + piece $largest B >= 64 MiB: pack again" >&2
+  if [ $((tree + largest + MARGIN)) -gt "$LIMIT" ]; then
+    echo "checkout $tree B + piece $largest B + 1 MiB > 64 MiB: pack again" >&2
     exit 1
   fi
-  echo "ok: checkout $tree B + largest piece $largest B < 64 MiB; pieces: $(ls -d .device/p[0-9]* | wc -l)"
+  echo "ok: checkout $tree B + largest piece $largest B + 1 MiB <= 64 MiB; pieces: $(ls -d .device/p[0-9]* | wc -l)"
   exit 0
 fi
 GGUF=$1
