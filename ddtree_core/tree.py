@@ -111,10 +111,10 @@ def draft_topk(
     impl = ops.resolve(impl, logits.device)
     if impl == "reference":
         return _topk_reference(logits, k, draft_temperature)
-    if impl == "triton":
-        from ddtree_core.kernels import topk
+    if impl == "triton":  # the group-maxima kernel: faster than the fused one in every H200 cell measured
+        from ddtree_core.kernels import topk_radix  # (results/kernels/h200-2026-11-30/topk)
 
-        return topk.draft_topk(logits, k, draft_temperature)
+        return topk_radix.draft_topk(logits, k, draft_temperature)
     from ddtree_core import batched
 
     return batched.draft_topk(logits, k, draft_temperature)

@@ -106,10 +106,10 @@ def test_topk_equals_reference(case):
     assert_topk_equal(topk.draft_topk(logits, k, temperature, **launch), ref)
 
 
-def test_dispatch_reaches_the_kernel_with_default_launch():
-    logits = make_logits("bf16", (1, 6, 3000), torch.Generator().manual_seed(0))[0].to(DEVICE)  # [L, V]
+def test_default_launch():
+    logits = make_logits("bf16", (1, 6, 3000), torch.Generator().manual_seed(0)).to(DEVICE)
     with mock.patch.object(topk, "_launch", wraps=topk._launch) as launch:
-        out = draft_topk(logits, 40, draft_temperature=0.9, impl="triton")
+        out = topk.draft_topk(logits, 40, 0.9)
     assert launch.call_count == 1
     assert_topk_equal(out, draft_topk(logits, 40, draft_temperature=0.9, impl="reference"))
 
@@ -117,7 +117,7 @@ def test_dispatch_reaches_the_kernel_with_default_launch():
 def test_k_above_max_k_takes_the_torch_path():
     logits = make_logits("ties", (1, 1, topk.MAX_K + 40), torch.Generator().manual_seed(1)).to(DEVICE)
     with mock.patch.object(batched, "draft_topk", wraps=batched.draft_topk) as torch_path:
-        out = draft_topk(logits, topk.MAX_K + 1, impl="triton")
+        out = topk.draft_topk(logits, topk.MAX_K + 1, 1.0)
     assert torch_path.call_count == 1
     assert_topk_equal(out, draft_topk(logits, topk.MAX_K + 1, impl="reference"))
 
@@ -170,4 +170,4 @@ def test_benchmark_shapes_on_cuda(batch, k, temperature):
     """The kernel-bench shapes with the default launch; 0.7 checks the reciprocal scaling of CUDA."""
     logits = make_logits("bf16", (batch, 16, 152064), torch.Generator().manual_seed(batch)).cuda()
     ref = draft_topk(logits, k, draft_temperature=temperature, impl="reference")
-    assert_topk_equal(draft_topk(logits, k, draft_temperature=temperature, impl="triton"), ref)
+    assert_topk_equal(topk.draft_topk(logits, k, temperature), ref)

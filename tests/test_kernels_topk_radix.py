@@ -120,6 +120,20 @@ def test_leading_dims_and_strided_inputs():
         assert_topk_equal(flat, ref)
 
 
+def test_dispatch_reaches_the_kernel_with_default_plan():
+    logits = make_logits("bf16", (1, 6, 3000), torch.Generator().manual_seed(0))[0].to(DEVICE)  # [L, V]
+    with mock.patch.object(topk_radix, "_launch", wraps=topk_radix._launch) as launch:
+        out = draft_topk(logits, 40, draft_temperature=0.9, impl="triton")
+    assert launch.call_count == 1
+    assert launch.call_args.args[3][3] == 8  # the group: sqrt(3000 / 40) ~ 8.7
+    assert_topk_equal(out, draft_topk(logits, 40, draft_temperature=0.9, impl="reference"))
+
+
+def test_selection_warps_follow_rows_per_sm():
+    """8 warps per selection program below 4 rows per SM, 4 from there (on the CPU: one "SM")."""
+    assert [topk_radix._plan(torch.empty(rows, 64), 4, None, None, None)[-1] for rows in (3, 4)] == [8, 4]
+
+
 def test_k_above_max_k_takes_the_torch_path():
     logits = make_logits("ties", (1, 1, topk_radix.MAX_K + 40), torch.Generator().manual_seed(1)).to(DEVICE)
     with mock.patch.object(batched, "draft_topk", wraps=batched.draft_topk) as torch_path:

@@ -237,13 +237,13 @@ def draft_topk(
     chunks: int | None = None,
     group: int | None = None,
     warps: int = 4,
-    select_warps: int = 8,
+    select_warps: int | None = None,
 ) -> DraftTopK:
     """Top-k of `logits` [..., V] per row, equal to `tree.draft_topk(impl="reference")` (ids exactly).
 
     tile: logits per tile of the scan (a power of two, at least `group`); chunks: vocabulary chunks per row
     of the scan; group: tokens per group (a power of two >= 2); warps / select_warps: per program of kernel
-    1 / 2. They change only the speed (defaults: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph
+    1 / 2. They change only the speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph
     capturable.
     """
     *lead, vocab = logits.shape
@@ -259,27 +259,29 @@ def draft_topk(
         return batched.draft_topk(logits, k, draft_temperature)
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     if rows.shape[0] > 0:
-        plan = _plan(rows, k, tile, chunks, group)
-        _launch(rows, k, draft_temperature, plan, (warps, select_warps), log_probs, token_ids)
+        *plan, auto_select_warps = _plan(rows, k, tile, chunks, group)
+        _launch(rows, k, draft_temperature, plan, (warps, select_warps or auto_select_warps), log_probs, token_ids)
     return DraftTopK(log_probs=log_probs.view(*lead, k), token_ids=token_ids.view(*lead, k))
 
 
 def _plan(rows: torch.Tensor, k: int, tile: int | None, chunks: int | None, group: int | None) -> tuple:
-    """(tile, chunk_len, chunks, group): the given values, else group = the power of two nearest
-    sqrt(V / K) in [8, 256] (at most the tile), tiles of 2048 (fewer for a short row), and chunks enough
-    for about 16 scan programs per SM, each at least one tile long."""
+    """(tile, chunk_len, chunks, group, select_warps): the given values, else group = the power of two
+    nearest sqrt(V / K) in [8, 256] (at most the tile), tiles of 2048 (fewer for a short row), chunks
+    enough for about 16 scan programs per SM, each at least one tile long, and 8 warps per selection
+    program while there are fewer than 4 rows per SM, 4 beyond (on an H200: 8 faster at 16 and 128 rows,
+    4 at 1,024; results/kernels/h200-2026-11-30/topk)."""
     num_rows, vocab = rows.shape
+    device = rows.device
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
     if group is None:
         group = min(2 ** min(8, max(3, round(math.log2(math.sqrt(vocab / k))))), tile or _TILE)
     if tile is None:
         tile = max(group, min(_TILE, triton.next_power_of_2(vocab)))
     if chunks is None:
-        device = rows.device
-        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
         chunks = triton.cdiv(16 * sms, num_rows)
     chunks = max(1, min(chunks, triton.cdiv(vocab, tile)))
     chunk_len = triton.cdiv(triton.cdiv(vocab, chunks), tile) * tile
-    return tile, chunk_len, triton.cdiv(vocab, chunk_len), group
+    return tile, chunk_len, triton.cdiv(vocab, chunk_len), group, 8 if num_rows < 4 * sms else 4
 
 
 def _interpreted() -> bool:

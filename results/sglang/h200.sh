@@ -232,7 +232,7 @@ sweeps)
         python3 -m ddbench.kernel_bench --out "$W/runs/kernels" > "$W/runs/kernel_bench.log" 2>&1
         python3 -m ddbench.kernel_bench --out "$W/runs/kernels-sharp" --impls torch,triton --logit-scale 12 \
           > "$W/runs/kernel_bench-sharp.log" 2>&1
-        python3 -m ddbench.topk_tune --out "$W/runs/topk" --tiles 1024,2048 --chunks 1,2,4,16 > "$W/runs/topk_tune.log" 2>&1
+        python3 -m ddbench.topk_tune --out "$W/runs/topk" --vocabs 49152,152064 --tiles 1024,2048 --chunks 1,2,4,16 > "$W/runs/topk_tune.log" 2>&1
         python3 -m ddbench.build_tune --out "$W/runs/build" > "$W/runs/build_tune.log" 2>&1
         echo "kernels rc=$?" >> "$W/done" ;;
       cost)
