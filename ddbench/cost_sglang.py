@@ -30,10 +30,12 @@ from typing import Annotated
 import typer
 
 from ddbench.config import DDBenchError
-from ddbench.cost_bench import MOE_PRESETS, PRESETS, ModelShape
+from ddbench.cost_bench import MOE_PRESETS, PRESETS, ModelShape, floors
 
-COLUMNS = ("batch", "nodes", "width", "prefix", "time_ms", "body_ms", "tokens", "decode_batch")
+COLUMNS = ("batch", "nodes", "width", "prefix", "time_ms", "body_ms", "tokens", "decode_batch", "floor_ms", "bound",
+           "over_floor", "graph")  # fmt: skip
 ITEMSIZE = 2  # bf16
+H200 = (4.8e12, 989e12)  # peak bytes/s and dense bf16 FLOP/s, as cost_bench's defaults
 
 
 def decode_times(path: Path) -> tuple[dict[int, float], int]:
@@ -54,8 +56,11 @@ def decode_times(path: Path) -> tuple[dict[int, float], int]:
     return steps, prefixes.pop()
 
 
-def cells(shape: ModelShape, steps: dict[int, float], prefix: int, batches, widths) -> list[dict]:
-    """The (B, T) cells whose B x T was measured, as cost_bench rows."""
+def cells(shape: ModelShape, steps: dict[int, float], prefix: int, batches, widths, graph_max: int = 512,
+          peaks: tuple[float, float] = H200) -> list[dict]:  # fmt: skip
+    """The (B, T) cells whose B x T was measured, as cost_bench rows, with the floor of the decode step
+    measured (n = B x T sequences of one token over prefix P) and whether it ran as a CUDA graph
+    (n <= graph_max, one_batch's --cuda-graph-max-bs; larger steps launch eagerly, an upper bound)."""
     lm_head = shape.vocab * shape.hidden
     rows = []
     for batch in batches:
@@ -65,18 +70,22 @@ def cells(shape: ModelShape, steps: dict[int, float], prefix: int, batches, widt
                 continue
             time_ms = steps[tokens]
             body_ms = time_ms * (1 - lm_head / shape.read_params(tokens))
+            floor = floors(shape, tokens, 1, prefix, ITEMSIZE, *peaks)
             rows.append(dict(batch=batch, nodes=width - 1, width=width, prefix=prefix, time_ms=time_ms,
-                             body_ms=body_ms, tokens=tokens, decode_batch=tokens))  # fmt: skip
+                             body_ms=body_ms, tokens=tokens, decode_batch=tokens, floor_ms=floor.floor_ms,
+                             bound="bytes" if floor.bytes_ms >= floor.flops_ms else "flops",
+                             over_floor=time_ms / floor.floor_ms, graph=tokens <= graph_max))  # fmt: skip
     return rows
 
 
-def convert(source: Path, preset: str, device: str, out: Path, batches, widths) -> list[dict]:
+def convert(source: Path, preset: str, device: str, out: Path, batches, widths, graph_max: int = 512,
+            peaks: tuple[float, float] = H200) -> list[dict]:  # fmt: skip
     shapes = {**PRESETS, **MOE_PRESETS}
     if preset not in shapes:
         raise DDBenchError(f"unknown preset {preset!r}; expected one of {', '.join(shapes)}")
     shape = shapes[preset]
     steps, prefix = decode_times(source)
-    rows = cells(shape, steps, prefix, batches, widths)
+    rows = cells(shape, steps, prefix, batches, widths, graph_max, peaks)
     if not rows:
         raise DDBenchError(f"{source}: no measured decode batch equals B x T for B in {batches}, T in {widths}")
     out.mkdir(parents=True, exist_ok=True)
@@ -85,11 +94,20 @@ def convert(source: Path, preset: str, device: str, out: Path, batches, widths) 
         writer.writeheader()
         writer.writerows(rows)
     record = {
-        "config": {"preset": preset, "dtype": "bfloat16", "prefix": prefix, "source": str(source)},
+        "config": {
+            "preset": preset,
+            "dtype": "bfloat16",
+            "prefix": prefix,
+            "source": str(source),
+            "graph_max_tokens": graph_max,
+            "peak_bandwidth": peaks[0],
+            "peak_flops": peaks[1],
+        },
         "shape": dataclasses.asdict(shape),
         "matmul_params": shape.matmul_params,
         "device": device,
-        "timing": "SGLang one_batch median decode step of B x T tokens (CUDA graphs), random weights",
+        "timing": f"SGLang one_batch median decode step of B x T tokens, random weights; CUDA graphs up to {graph_max}"
+        " tokens (the graph column), eager above",
         "cells": rows,
     }
     (out / "run.json").write_text(json.dumps(record, indent=1))
@@ -103,14 +121,22 @@ def main(
     out: Annotated[Path, typer.Option(help="Folder for cells.csv and run.json.")],
     batches: Annotated[str, typer.Option(help="Requests per verify step B.")] = "1,4,16,32",
     widths: Annotated[str, typer.Option(help="Verify tokens per request T (nodes + 1).")] = "1,16,32,64,128,256",
+    graph_max_tokens: Annotated[
+        int, typer.Option(help="one_batch's --cuda-graph-max-bs: larger steps ran eagerly (graph column False).")
+    ] = 512,
+    peak_bandwidth: Annotated[float, typer.Option(help="Peak memory bandwidth, bytes/s, for floor_ms.")] = 4.8e12,
+    peak_flops: Annotated[float, typer.Option(help="Peak dense bf16 FLOP/s, for floor_ms.")] = 989e12,
 ) -> None:
     """Turn SGLang decode-step timings into a `ddbench cost` run folder for `ddbench project`."""
     try:
-        rows = convert(source, preset, device, out, _ints(batches), _ints(widths))
+        rows = convert(source, preset, device, out, _ints(batches), _ints(widths), graph_max_tokens,
+                       (peak_bandwidth, peak_flops))  # fmt: skip
     except DDBenchError as error:
         raise typer.BadParameter(str(error)) from None
     for row in rows:
-        print(f"B={row['batch']:>3} T={row['width']:>4}: {row['time_ms']:.2f} ms (body {row['body_ms']:.2f})")
+        eager = "" if row["graph"] else ", eager: an upper bound"
+        print(f"B={row['batch']:>3} T={row['width']:>4}: {row['time_ms']:.2f} ms (body {row['body_ms']:.2f}, "
+              f"{row['over_floor']:.2f}x its {row['bound']} floor{eager})")  # fmt: skip
     print(f"wrote {out / 'cells.csv'} and {out / 'run.json'}")
 
 

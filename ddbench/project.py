@@ -102,6 +102,7 @@ class CostRun:
     shape: ModelShape
     itemsize: int  # bytes per weight / KV element of the run's dtype
     cells: tuple[CostCell, ...]  # the timed cells (skips and errors left out)
+    eager: tuple[tuple[int, int], ...] = ()  # (B, T) of cells timed without a CUDA graph (cost_sglang's graph column)
 
 
 @dataclass(frozen=True)
@@ -329,7 +330,8 @@ def load_cost(path: Path) -> CostRun:
         raise DDBenchError(f"{path}: malformed cost run ({type(error).__name__}: {error})") from None
     if not cells:
         raise DDBenchError(f"{path}: no timed cell in cells.csv")
-    return CostRun(path, str(record.get("device")), str(config.get("preset")), shape, itemsize, cells)
+    eager = tuple((int(r["batch"]), int(r["width"])) for r in rows if r.get("graph") == "False" and r["time_ms"])
+    return CostRun(path, str(record.get("device")), str(config.get("preset")), shape, itemsize, cells, eager)
 
 
 def load_tree_times(path: Path, impl: str, vocab: int) -> TreeTimes:
@@ -489,6 +491,10 @@ def _notes(run: CostRun, acceptance: Acceptance, tree: TreeTimes | None, setting
         notes.append(f"the cost run was measured on {run.device!r}, not on {settings.source.name}; scaled as if it was")
     if tree is None:
         notes.append("no --kernels: the DDTree tree round costs 0 ms here, which favours DDTree")
+    if run.eager:
+        cells = ", ".join(f"{b}x{t}" for b, t in run.eager)
+        notes.append(f"cost cells B x T = {cells} ran without a CUDA graph: their times, and rows that use them, are "
+                     "upper bounds")  # fmt: skip
     without = [name for name in acceptance.dflash if not acceptance.ddtree.get(name)]
     if without:
         notes.append(f"no DDTree tau per budget for {', '.join(without)} in the acceptance table, so DDTree cannot be "

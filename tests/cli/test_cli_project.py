@@ -350,8 +350,11 @@ def test_sglang_decode_steps_become_a_cost_run_that_projects(tmp_path):
              for n, ms in steps.items()] + [{"batch_size": 2048, "input_len": 32, "output_len": 8}]  # fmt: skip
     source = tmp_path / "moe.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    rows = cost_sglang.convert(source, "qwen3-coder-30b-a3b", "NVIDIA H200", tmp_path / "cost", (1, 4, 16), (1, 16, 64))
+    rows = cost_sglang.convert(source, "qwen3-coder-30b-a3b", "NVIDIA H200", tmp_path / "cost", (1, 4, 16), (1, 16, 64),
+                               graph_max=256)  # fmt: skip
     assert {(r["batch"], r["width"]) for r in rows} == {(b, w) for b in (1, 4, 16) for w in (1, 16, 64)}
+    assert {(r["batch"], r["width"]) for r in rows if not r["graph"]} == {(16, 64)}  # 1,024 tokens > 256
+    assert all(r["over_floor"] == pytest.approx(r["time_ms"] / r["floor_ms"]) and r["floor_ms"] > 0 for r in rows)
     assert all(r["time_ms"] == pytest.approx(steps[r["batch"] * r["width"]]) and 0 < r["body_ms"] < r["time_ms"]
                for r in rows)  # fmt: skip
     run = projection.load_cost(tmp_path / "cost")
@@ -362,6 +365,7 @@ def test_sglang_decode_steps_become_a_cost_run_that_projects(tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert {m for _, _, m, _ in read_rows(tmp_path / "out")} == {"ar", "dflash", "ddtree"}
+    assert "B x T = 16x64 ran without a CUDA graph" in (tmp_path / "out" / "projection.md").read_text()
     with pytest.raises(DDBenchError, match="no decode timing"):
         source.write_text(json.dumps(lines[-1]) + "\n")
         cost_sglang.decode_times(source)
