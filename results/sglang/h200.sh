@@ -39,8 +39,9 @@
 #   trace       torch-profiler traces of decode rounds (results/sglang/trace_rounds.py), AR, DFLASH, DDTree
 #               b15 (verify width 16, as DFLASH's block) and b128, 1 and 16 in flight
 #   gputests    pytest -m gpu (a minute; run it first: the new kernels have only run under the interpreter)
-#   kernels     the draft-side kernel benchmark (reference, torch, triton; and torch, triton on sharper, chain-like
-#               drafts: --logit-scale 12), the top-K and the tree-build launch sweeps
+#   kernels     the draft-side kernel benchmark (reference, torch, triton, or those in KERNEL_IMPLS, e.g.
+#               `KERNEL_IMPLS=triton bash results/sglang/h200.sh serve kernels`; and torch, triton on sharper,
+#               chain-like drafts: --logit-scale 12), the top-K and the tree-build launch sweeps
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
 #   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
 #               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
@@ -229,7 +230,8 @@ sweeps)
           > "$W/runs/gpu_tests.log" 2>&1
         echo "gputests rc=$?" >> "$W/done" ;;
       kernels)
-        python3 -m ddbench.kernel_bench --out "$W/runs/kernels" > "$W/runs/kernel_bench.log" 2>&1
+        python3 -m ddbench.kernel_bench --out "$W/runs/kernels" --impls "${KERNEL_IMPLS:-reference,torch,triton}" \
+          > "$W/runs/kernel_bench.log" 2>&1
         python3 -m ddbench.kernel_bench --out "$W/runs/kernels-sharp" --impls torch,triton --logit-scale 12 \
           > "$W/runs/kernel_bench-sharp.log" 2>&1
         python3 -m ddbench.topk_tune --out "$W/runs/topk" --vocabs 49152,152064 --tiles 1024,2048 --chunks 1,2,4,16 > "$W/runs/topk_tune.log" 2>&1
