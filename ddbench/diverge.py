@@ -21,6 +21,7 @@ hash, so a mismatch is reported rather than silently analysed on the wrong promp
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
@@ -130,6 +131,12 @@ class PromptBuilder:
         self._tokenizer = tokenizer
         self._prompts = {label: {p.index: p for p in prompts} for label, prompts in load_prompts(config).items()}
         self._answers = {(r.dataset, r.prompt_index, r.turn): r.output_ids for r in ar_records}
+
+    def with_answers(self, records: Sequence[RequestRecord]) -> PromptBuilder:
+        """The same builder with `records`' answers as the earlier turns (one cell's own, as its client sent)."""
+        builder = copy.copy(self)
+        builder._answers = {(r.dataset, r.prompt_index, r.turn): r.output_ids for r in records}
+        return builder
 
     def input_ids(self, record: RequestRecord) -> list[int]:
         prompt = self._prompts.get(record.dataset, {}).get(record.prompt_index)
@@ -244,11 +251,14 @@ def run(
     if not Path(model).exists():
         raise DDBenchError(f"target model {model} not found; pass --model (the run's target folder)")
     tokenizer = AutoTokenizer.from_pretrained(model)
-    ar_records = [r for result in results if result.cell.method == "ar" for r in result.records]
-    builder = PromptBuilder(config, tokenizer, ar_records, data_dir)
+    # A later turn's prompt carries its own cell's earlier answers (as the client sent them); a pending
+    # request's prompt equals its AR twin's, so either cell's answers rebuild it, but not another AR cell's.
+    builder = PromptBuilder(config, tokenizer, (), data_dir)
+    by_cell = {result.cell.cell_id: builder.with_answers(result.records) for result in results}
     on_row = progress(len(pending)) if progress else (lambda: None)
     next_logits = target_logits_fn(model, dtype=dtype, device=device) if pending else None
-    rows = analyse(pending, builder.input_ids, next_logits, tie_threshold=tie_threshold, on_row=on_row)
+    rows = analyse(pending, lambda record: by_cell[record.cell_id].input_ids(record), next_logits,
+                   tie_threshold=tie_threshold, on_row=on_row)  # fmt: skip
     return rows, cell_divergences(rows, counts)
 
 

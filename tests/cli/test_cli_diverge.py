@@ -1,6 +1,7 @@
 """ddbench diverge: first divergences from AR and the target's logit gap there (near-tie or not)."""
 
 import csv
+import dataclasses
 import json
 import shutil
 
@@ -112,6 +113,41 @@ def test_a_wrong_token_is_not_a_near_tie(swept_small, tiny_pair, tmp_path):
     assert f"| ddtree | 1 | {gap} | {gap} | 1 / 0 / 0 |" in (broken / "divergences.md").read_text()
     lenient = runner.invoke(app, ["diverge", str(broken), "--model", str(tiny_pair[0]), "--tie-threshold", "1e9"])
     assert lenient.exit_code == 0, lenient.output
+
+
+def test_a_later_turn_is_rebuilt_from_its_own_cells_answers(swept_small, tiny_pair, tmp_path):
+    """Two AR cells whose first answers differ (as AR's do at different loads on a GPU): a second-turn
+    divergence of a DDTree cell at concurrency 1 is analysed on the prompt its client sent, which carried
+    that cell's own first answer, not the answer of whichever AR cell was read last."""
+    from ddbench.config import Cell
+
+    run = tmp_path / "run"
+    shutil.copytree(swept_small, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    ar_cell = next(Cell.from_dict(c) for c in manifest["cells"] if c["method"] == "ar")
+    busy = dataclasses.replace(ar_cell, concurrency=2)
+    manifest["cells"].append(busy.to_dict())
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    records = [json.loads(line) for line in (run / "cells" / f"{ar_cell.cell_id}.jsonl").read_text().splitlines()]
+    for record in records:  # AR at 2 in flight: another first answer, so another second-turn prompt
+        record.update(cell_id=busy.cell_id, concurrency=2)
+        if record["turn"] == 0 and record["prompt_index"] == 1:
+            record["output_ids"] = record["output_ids"][:1] + [record["output_ids"][0]] * 3
+        if record["turn"] == 1:
+            record["prompt_hash"] = "another"
+    (run / "cells" / f"{busy.cell_id}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "cells" / f"{busy.cell_id}.json").write_text((run / "cells" / f"{ar_cell.cell_id}.json").read_text())
+    path = next((run / "cells").glob("*ddtree-b8*.jsonl"))
+    ddtree = [json.loads(line) for line in path.read_text().splitlines()]
+    victim = next(r for r in ddtree if r["turn"] == 1)
+    victim["output_ids"] = victim["output_ids"][:1] + [(victim["output_ids"][1] + 1) % 100]
+    path.write_text("".join(json.dumps(r) + "\n" for r in ddtree))
+
+    result = runner.invoke(app, ["diverge", str(run), "--model", str(tiny_pair[0]), "--tie-threshold", "1e9"])
+    assert result.exit_code == 0, result.output
+    with open(run / "divergences.csv") as stream:
+        rows = [row for row in csv.DictReader(stream) if row["turn"] == "1"]
+    assert len(rows) == 1 and int(rows[0]["position"]) == 1
 
 
 def test_missing_model_exits_2(swept_small, tmp_path):
