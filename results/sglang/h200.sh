@@ -28,6 +28,9 @@
 #               folded (SGLANG_DDTREE_DRAFT_GRAPH=1, opt-in at TP > 1); it waits
 #               for the other queues to finish (SGLang refuses TP when the GPUs' free memory differs), so put
 #               it last in its queue
+#   ab          gsm8k and humaneval, 32 prompts, DFLASH and DDTree b15 / b63 at 1 and 16 in flight, once with SGLang's
+#               prefill CUDA graphs (as the campaign runs) and once without (as the rounds job runs); round
+#               times from the servers' logs in ab-rounds.md
 #   campaign    configs/testbed-h200-campaign.toml (budgets 15..1023, one server each; T = 0 and 1; 1..32 in
 #               flight), resuming after the cells committed in results/sglang/campaign-h200 (commit the run
 #               folder there); campaign-x2: the same with a server on each of GPUs 0 and 1
@@ -219,6 +222,13 @@ sweeps)
         # the draft side folded at TP 2 (opt-in there: the head's vocab gather runs inside the draft graph)
         [ "${TP2_FOLD:-1}" = 1 ] && SGLANG_DDTREE_DRAFT_GRAPH=1 MODEL=$P GPUS=0,1 sweep tp2-fold --tp 2 --datasets gsm8k --num-prompts 50 \
           --budgets 15 --concurrency 1,16 "${FAST[@]}" ;;
+      ab)  # the campaign's cells with SGLang's prefill CUDA graphs on (as the campaign ran) and off (as the
+        # rounds job ran): does the DDTree round's cost against DFLASH's depend on them?
+        sweep ab-prefill-graph --datasets gsm8k,humaneval --num-prompts 32 --budgets 15,63 --concurrency 1,16 \
+          --restart-per-budget
+        sweep ab-no-prefill-graph --datasets gsm8k,humaneval --num-prompts 32 --budgets 15,63 --concurrency 1,16 \
+          --restart-per-budget "${FAST[@]}"
+        python3 results/sglang/log_rounds.py --summary 1,16 "$W"/runs/ab-*/logs/*.log > "$W/runs/ab-rounds.md" 2>&1 ;;
       campaign)
         sweep campaign --config testbed-h200-campaign ;;
       campaign-x2)  # the same on both GPUs: two servers side by side (a session of its own)
