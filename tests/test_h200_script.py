@@ -56,3 +56,16 @@ def test_unknown_job_is_reported_not_fatal(stand_in):
     done, _, finished = run_jobs(tmp_path, env, "nosuch gputests")
     assert "unknown job nosuch" in done.stdout
     assert "gputests rc=0" in finished and finished[-1] == "all-0"
+
+
+def test_ab_sweeps_with_and_without_prefill_graphs_and_kernels_take_the_impls(stand_in):
+    tmp_path, env = stand_in
+    done, calls, finished = run_jobs(tmp_path, {**env, "KERNEL_IMPLS": "triton"}, "ab kernels")
+    assert done.returncode == 0, done.stderr
+    sweeps = {c.split(" --out ")[1].split()[0].rsplit("/", 1)[1]: c for c in calls if c.startswith("-m ddbench sweep")}
+    assert set(sweeps) == {"ab-prefill-graph", "ab-no-prefill-graph"}
+    assert "--disable-prefill-cuda-graph" in sweeps["ab-no-prefill-graph"]
+    assert "--disable-prefill-cuda-graph" not in sweeps["ab-prefill-graph"]
+    assert any(c.startswith("results/sglang/log_rounds.py --summary 1,16") for c in calls)
+    assert any(c.startswith("-m ddbench.kernel_bench") and "--impls triton" in c for c in calls)
+    assert finished[-1] == "all-0"
