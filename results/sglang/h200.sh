@@ -30,7 +30,8 @@
 #               it last in its queue
 #   ab          gsm8k and humaneval, 32 prompts, DFLASH and DDTree b15 / b63 at 1 and 16 in flight, once with SGLang's
 #               prefill CUDA graphs (as the campaign runs) and once without (as the rounds job runs); round
-#               times from the servers' logs in ab-rounds.md
+#               times from the servers' logs in ab-rounds.md, beside those of DFLASH and b15 under the rounds job's
+#               load (bursts of 512-token requests)
 #   campaign    configs/testbed-h200-campaign.toml (budgets 15..1023, one server each; T = 0 and 1; 1..32 in
 #               flight), resuming after the cells committed in results/sglang/campaign-h200 (commit the run
 #               folder there); campaign-x2: the same with a server on each of GPUs 0 and 1
@@ -228,7 +229,17 @@ sweeps)
           --restart-per-budget
         sweep ab-no-prefill-graph --datasets gsm8k,humaneval --num-prompts 32 --budgets 15,63 --concurrency 1,16 \
           --restart-per-budget "${FAST[@]}"
-        python3 results/sglang/log_rounds.py --summary 1,16 "$W"/runs/ab-*/logs/*.log > "$W/runs/ab-rounds.md" 2>&1 ;;
+        # the rounds job's load (bursts of 512-token requests that ignore EOS, no custom_params) on the same two servers
+        for spec in "dflash DFLASH 0" "ddtree-b15 DDTREE 15"; do
+          read -r name algo budget <<< "$spec"
+          serve_algo "ab-bursts-$name" $PORT "$algo" "$budget" || { echo "ab $name: no server"; stop_server; continue; }
+          python3 results/sglang/trace_rounds.py --url http://127.0.0.1:$PORT --out "$W/runs/ab-bursts" --prefix "$name" \
+            --data-dir "$W/data" --concurrency 1,16 --steps 0 --repeat 4 >> "$W/runs/ab-bursts.log" 2>&1
+          stop_server
+        done
+        python3 results/sglang/log_rounds.py --summary 1,16 "$W"/runs/ab-*/logs/*.log "$W"/runs/ab-bursts-*.log \
+          > "$W/runs/ab-rounds.md" 2>&1
+        echo "ab rc=0" >> "$W/done" ;;
       campaign)
         sweep campaign --config testbed-h200-campaign ;;
       campaign-x2)  # the same on both GPUs: two servers side by side (a session of its own)
