@@ -10,7 +10,9 @@ one scan program. Radix `draft_topk(tile=, chunks=, warps=, group=, select_warps
 group the tokens per group maximum, select_warps those of its per-row selection program.
 For every (batch, vocab, K) cell it times, as CUDA-graph replays (CUDA events; host clock on a CPU): the fused
 default ("auto") and every (tile, chunks, warps) launch, then the radix default, every radix (tile, chunks,
-warps) launch with the default group, and every (group, select_warps) launch with the default scan. Each
+warps) launch with the default group, and every (group, select_warps) launch with the default scan; and "radix-scan",
+the radix default's first kernel alone (its group maxima checked against torch's), which splits the radix
+time between the scan and the per-row selection. Each
 launch's lists are checked against the fused default's (ids exactly, log-probs within 1e-5: the logsumexps sum
 in different orders). It writes cells.csv (one row per launch; "" where a parameter does not apply) and best.csv
 (per method and cell: the fastest launch with equal lists, that method's default, and the fused default), for
@@ -40,7 +42,8 @@ def launches(tiles, chunk_counts, warp_counts, groups, select_warps) -> list[tup
     """(method, keyword arguments) of every launch of a cell, each method's default ({}) first."""
     scan = [{"tile": t, "chunks": c, "warps": w} for t in tiles for c in chunk_counts for w in warp_counts]
     select = [{"group": g, "select_warps": w} for g in groups for w in select_warps]
-    return [("fused", {})] + [("fused", kw) for kw in scan] + [("radix", {})] + [("radix", kw) for kw in scan + select]
+    return ([("fused", {})] + [("fused", kw) for kw in scan] + [("radix", {}), ("radix-scan", {})]
+            + [("radix", kw) for kw in scan + select])  # fmt: skip
 
 
 def run(
@@ -57,7 +60,7 @@ def run(
     from ddtree_core.kernels import topk, topk_radix
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    methods = {"fused": topk.draft_topk, "radix": topk_radix.draft_topk}
+    methods = {"fused": topk.draft_topk, "radix": topk_radix.draft_topk, "radix-scan": topk_radix.group_maxima}
     rows = []
     for batch in batches:
         for vocab in vocabs:
@@ -66,14 +69,16 @@ def run(
                 expected = topk.draft_topk(logits, k, 1.0)
                 for method, kwargs in launches(tiles, chunk_counts, warp_counts, groups, select_warps):
                     fn = methods[method]
-                    applies = PARAMS if method == "radix" else PARAMS[:3]
+                    applies = PARAMS if method.startswith("radix") else PARAMS[:3]
                     row = {"method": method, "batch": batch, "vocab": vocab, "k": k}
                     row.update({p: kwargs.get(p, "auto") if p in applies else "" for p in PARAMS})
 
                     def call(fn=fn, logits=logits, k=k, kwargs=kwargs):
                         return fn(logits, k, 1.0, **kwargs)
 
-                    def check(got, expected=expected):
+                    def check(got, expected=expected, logits=logits, k=k, method=method):
+                        if method == "radix-scan":  # kernel 1 alone: its group maxima against torch's
+                            return {"equal": torch.equal(got >> 32, group_max_keys(logits, k))}
                         # Ids exactly; log-probs to float32 rounding (the logsumexps sum in different orders).
                         ids = torch.equal(got.token_ids, expected.token_ids)
                         return {"equal": ids and torch.allclose(got.log_probs, expected.log_probs, rtol=0, atol=1e-5)}
@@ -81,6 +86,20 @@ def run(
                     rows.append(tune_row(row, call, check, COLUMNS))
     _write(out, rows)
     return rows
+
+
+def group_max_keys(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """[rows, groups] int64: the largest order key (topk.py's: the float32 bits, negatives mirrored) of each
+    group of the radix kernel's default plan, at draft temperature 1; no NaN in the logits."""
+    from ddtree_core.kernels import topk_radix
+
+    rows = logits.reshape(-1, logits.shape[-1]).float()
+    group = topk_radix._plan(rows, k, None, None, None)[3]
+    bits = rows.view(torch.int32)
+    keys = torch.where(bits >= 0, bits, -(bits & 0x7FFFFFFF)).long()
+    pad = -keys.shape[1] % group
+    keys = torch.nn.functional.pad(keys, (0, pad), value=-(2**31))
+    return keys.view(keys.shape[0], -1, group).amax(dim=2)
 
 
 def _is_default(row: dict) -> bool:

@@ -175,3 +175,15 @@ def test_captures_in_a_cuda_graph_without_syncs():
     graph.replay()
     torch.cuda.synchronize()
     assert_topk_equal(out, draft_topk(logits, 64, impl="reference"))
+
+
+def test_group_maxima_is_the_scan_of_draft_topk():
+    """Kernel 1 alone (ddbench.topk_tune's split of the time): each group's largest key and its index, the
+    last group partial (203 = 25 x 8 + 3)."""
+    from ddbench.topk_tune import group_max_keys
+
+    logits = make_logits("bf16", (2, 3, 203), torch.Generator().manual_seed(6)).to(DEVICE)
+    entries = topk_radix.group_maxima(logits, 5, 1.0)
+    assert entries.shape == (6, 26)
+    assert torch.equal(entries >> 32, group_max_keys(logits, 5).to(entries.device))
+    assert torch.equal(entries & 0xFFFFFFFF, torch.arange(26, device=entries.device).expand(6, 26))

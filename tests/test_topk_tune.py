@@ -18,6 +18,7 @@ def test_sweep_checks_every_launch_of_both_kernels_against_the_fused_default(tmp
         ("fused", 64, 1, 4, "", ""), ("fused", 64, 1, 2, "", ""),
         ("fused", 64, 2, 4, "", ""), ("fused", 64, 2, 2, "", ""),
         ("radix", "auto", "auto", "auto", "auto", "auto"),
+        ("radix-scan", "auto", "auto", "auto", "auto", "auto"),
         ("radix", 64, 1, 4, "auto", "auto"), ("radix", 64, 1, 2, "auto", "auto"),
         ("radix", 64, 2, 4, "auto", "auto"), ("radix", 64, 2, 2, "auto", "auto"),
         ("radix", "auto", "auto", "auto", 8, 4), ("radix", "auto", "auto", "auto", 16, 4),
@@ -25,7 +26,7 @@ def test_sweep_checks_every_launch_of_both_kernels_against_the_fused_default(tmp
     assert all(r["equal"] is True and r["us"] > 0 for r in rows), [r["note"] for r in rows]
     with open(tmp_path / "best.csv") as stream:
         best = list(csv.DictReader(stream))
-    assert [b["method"] for b in best] == ["fused", "radix"]
+    assert [b["method"] for b in best] == ["fused", "radix", "radix-scan"]
     for b in best:
         mine = [r for r in rows if r["method"] == b["method"]]
         fastest = min(mine, key=lambda r: r["us"])

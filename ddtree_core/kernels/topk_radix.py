@@ -290,7 +290,17 @@ def _interpreted() -> bool:
     return knobs.runtime.interpret if knobs is not None else os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _launch(rows, k, draft_temperature, plan, warps, log_probs, token_ids) -> None:
+def group_maxima(logits: torch.Tensor, k: int, draft_temperature: float) -> torch.Tensor:
+    """Kernel 1 alone, launched as `draft_topk` launches it: the group entries [rows, ceil(V / G)] (int64 key
+    << 32 | group index). ddbench.topk_tune times it to split a call's time between the two kernels."""
+    vocab = logits.shape[-1]
+    check_k(k, vocab)
+    rows, log_probs, token_ids = rows_and_outputs(logits, k)
+    *plan, _ = _plan(rows, k, None, None, None)
+    return _launch(rows, k, draft_temperature, plan, (4, 8), log_probs, token_ids, select=False)
+
+
+def _launch(rows, k, draft_temperature, plan, warps, log_probs, token_ids, select=True) -> torch.Tensor:
     tile, chunk_len, chunks, group = plan
     num_rows, vocab = rows.shape
     device = rows.device
@@ -307,9 +317,12 @@ def _launch(rows, k, draft_temperature, plan, warps, log_probs, token_ids) -> No
         rows, rows.stride(0), vocab, chunk_len, scale, groups, n_groups, stats,
         TILE=tile, G=group, DIVIDE=divide, FAST=fast, num_warps=warps[0],
     )  # fmt: skip
+    if not select:
+        return groups
     _select_kernel[(num_rows,)](
         rows, rows.stride(0), vocab, scale, groups, n_groups, stats, chunks, k, soft, cand, log_probs, token_ids,
         G=group, GATHER=gather, CP=triton.next_power_of_2(chunks), GBLOCK=min(_BLOCK, triton.next_power_of_2(n_groups)),
         CBLOCK=triton.next_power_of_2(soft), LOG_BINS=6, KP=triton.next_power_of_2(k), DIVIDE=divide,
         num_warps=warps[1],
     )  # fmt: skip
+    return groups
