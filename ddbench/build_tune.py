@@ -146,8 +146,8 @@ def main(
     ] = "1x256,8x64,64x64,1x1024",
     scales: Annotated[str, typer.Option(help="Draft logit scales (randn x scale; 12: chain-like).")] = "4,12",
     vocab: Annotated[int, typer.Option(help="Vocabulary of the draft logits.")] = 152064,
-    warps: Annotated[str, typer.Option(help="Warps of the build program to try.")] = "2,4,8,16",
-    hist_bins: Annotated[str, typer.Option(help="Kept-key histogram buckets (powers of two).")] = "256,2048,16384",
+    warps: Annotated[str, typer.Option(help="Warps of the build program to try.")] = "4,8",
+    hist_bins: Annotated[str, typer.Option(help="Kept-key histogram buckets (powers of two).")] = "32,64,128,256,2048",
     log_bins: Annotated[str, typer.Option(help="Radix-selection digit bits to try.")] = "4,6",
     depths: Annotated[
         str, typer.Option(help="Depth limits for the default launch (levels' cost; '' none).")
