@@ -58,6 +58,7 @@ def _draw_per_dataset(rows: Sequence[CellSummary], draw: Callable, path: Path) -
         drawn |= bool(draw(ax, [row for row in rows if row.dataset == dataset]))
         ax.set_title(dataset)
     if drawn:
+        _legend_below(fig, axes[0])
         _save(fig, path)
     plt.close(fig)
     return drawn
@@ -94,7 +95,6 @@ def _versus_budget(ax, rows: Sequence[CellSummary], field: str, label: str, star
         ax.set_xscale("log", base=2)
         ax.set_xlabel("node budget")
         ax.set_ylabel(label)
-        ax.legend(fontsize=7)
     return bool(trees)
 
 
@@ -108,7 +108,6 @@ def _throughput(ax, rows: Sequence[CellSummary]) -> bool:
     if rated:
         ax.set_xlabel("concurrency")
         ax.set_ylabel("output tokens / s")
-        ax.legend(fontsize=7)
     return bool(rated)
 
 
@@ -121,7 +120,6 @@ def _histograms(ax, rows: Sequence[CellSummary]) -> bool:
     if shown:
         ax.set_xlabel("accept length tau (bonus included)")
         ax.set_ylabel("share of rounds")
-        ax.legend(fontsize=7)
     return bool(shown)
 
 
@@ -135,7 +133,6 @@ def _depth_curves(ax, rows: Sequence[CellSummary]) -> bool:
         ax.set_xlabel("depth d")
         ax.set_ylabel("P(accept d | reached d-1)")
         ax.set_ylim(0, 1.02)
-        ax.legend(fontsize=7)
     return bool(shown)
 
 
@@ -155,7 +152,7 @@ def _draw_latency(results: Sequence[CellResult], path: Path) -> bool:
         ax.set_title(dataset)
         ax.set_xlabel("request latency (s)")
         ax.set_ylabel("CDF")
-        ax.legend(fontsize=7)
+    _legend_below(fig, axes[0])
     _save(fig, path)
     plt.close(fig)
     return True
@@ -193,10 +190,29 @@ def plot_cost(cells_csv: Path, out_dir: Path) -> Path:
     return path
 
 
+def _legend_below(fig, axes) -> None:
+    """One legend for all panels (each series once), under them, the figure taller by its rows: a legend
+    inside a panel hides the data once a sweep has more than a few series."""
+    entries: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    if not entries:
+        return
+    columns = min(len(entries), 3 * len(axes))
+    rows = -(-len(entries) // columns)
+    width, height = fig.get_size_inches()
+    extra = 0.22 * rows + 0.2
+    fig.set_size_inches(width, height + extra)
+    fig.legend(list(entries.values()), list(entries), loc="lower center", ncol=columns, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, extra / (height + extra), 1, 1))
+
+
 def _save(fig, path: Path) -> None:
     """Save through a temporary file and a rename, so a reader never sees half a PNG."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if not fig.legends:  # _legend_below laid the figure out around its legend
+        fig.tight_layout()
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
     os.close(handle)
     try:
