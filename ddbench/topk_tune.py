@@ -150,7 +150,7 @@ def main(
     chunks: Annotated[str, typer.Option(help="Chunks per row to try.")] = "1,2,4,8,16",
     warps: Annotated[str, typer.Option(help="Warps per scan program to try.")] = "4,8",
     groups: Annotated[str, typer.Option(help="Tokens per group of the radix kernel to try.")] = "32,64,128",
-    select_warps: Annotated[str, typer.Option(help="Warps per radix selection program to try.")] = "4,8",
+    select_warps: Annotated[str, typer.Option(help="Warps per radix selection program to try.")] = "1,2,4,8",
 ) -> None:
     """Time every launch of the fused and the radix top-K on the same cells; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
