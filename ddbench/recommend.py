@@ -172,8 +172,10 @@ def choose(rows: Sequence[CellSummary], metric: str, min_parity: float | None) -
         if best is None:
             notes.append("no DDTree setting left to compare")
         else:
-            rivals = ", ".join(f"{s.label} {_fmt(v, metric)}" for s, v in baselines.items())
-            notes.append(f"{best.label} ({_fmt(pooled[best], metric)}) does not beat {rivals}")
+            ahead = [f"{s.label} {_fmt(v, metric)}" for s, v in baselines.items() if v >= pooled[best]]
+            behind = [f"{s.label} {_fmt(v, metric)}" for s, v in baselines.items() if v < pooled[best]]
+            beats = f" beats {', '.join(behind)} but" if behind else ""
+            notes.append(f"{best.label} ({_fmt(pooled[best], metric)}){beats} does not beat {', '.join(ahead)}")
     return Choice(
         first.temperature, first.concurrency, chosen, pooled.get(chosen), best, pooled.get(best),
         pooled.get(DFLASH), pooled.get(AR), common, tuple(notes),

@@ -101,7 +101,11 @@ def test_dflash_faster_than_every_ddtree_setting_is_recommended():
     assert [c.chosen for c in recommendation.choices] == [advice.DFLASH] * 3
     first = recommendation.choices[0]
     assert first.value == pytest.approx(2.3) and first.best_ddtree == B128 and first.ddtree_value == pytest.approx(2.2)
-    assert first.notes == ("DDTree b128 (2.20) does not beat DFLASH 2.30, AR 1.00",)
+    assert first.notes == ("DDTree b128 (2.20) beats AR 1.00 but does not beat DFLASH 2.30",)
+    slow = {**grid, ("ar", None): {1: 400.0, 4: 900.0, 16: 2000.0}}  # AR above everything: DDTree beats nothing
+    assert advice.recommend(grid_rows(grid=slow)).choices[0].notes == (
+        "DDTree b128 (220.0) does not beat DFLASH 230.0, AR 400.0",
+    )
     measurement = advice.Measurement("sglang", False, (128,), "M", "D", 1, ())
     deployment = advice.deploy(recommendation, measurement)
     assert deployment.env == {} and deployment.command is None and deployment.caveat is None
