@@ -28,7 +28,7 @@
 #               folded (SGLANG_DDTREE_DRAFT_GRAPH=1, opt-in at TP > 1); it waits
 #               for the other queues to finish (SGLang refuses TP when the GPUs' free memory differs), so put
 #               it last in its queue
-#   ab          gsm8k and humaneval, 32 prompts, DFLASH and DDTree b15 / b63 at 1 and 16 in flight, once with SGLang's
+#   ab          gsm8k and humaneval, 32 prompts, AR, DFLASH and DDTree b15 at 1 and 16 in flight, once with SGLang's
 #               prefill CUDA graphs (as the campaign runs) and once without (as the rounds job runs); round
 #               times from the servers' logs in ab-rounds.md, beside those of DFLASH and b15 under the rounds job's
 #               load (bursts of 512-token requests)
@@ -225,9 +225,9 @@ sweeps)
           --budgets 15 --concurrency 1,16 "${FAST[@]}" ;;
       ab)  # the campaign's cells with SGLang's prefill CUDA graphs on (as the campaign ran) and off (as the
         # rounds job ran): does the DDTree round's cost against DFLASH's depend on them?
-        sweep ab-prefill-graph --datasets gsm8k,humaneval --num-prompts 32 --budgets 15,63 --concurrency 1,16 \
+        sweep ab-prefill-graph --datasets gsm8k,humaneval --num-prompts 32 --budgets 15 --concurrency 1,16 \
           --restart-per-budget
-        sweep ab-no-prefill-graph --datasets gsm8k,humaneval --num-prompts 32 --budgets 15,63 --concurrency 1,16 \
+        sweep ab-no-prefill-graph --datasets gsm8k,humaneval --num-prompts 32 --budgets 15 --concurrency 1,16 \
           --restart-per-budget "${FAST[@]}"
         # the rounds job's load (bursts of 512-token requests that ignore EOS, no custom_params) on the same two servers
         for spec in "dflash DFLASH 0" "ddtree-b15 DDTREE 15"; do
