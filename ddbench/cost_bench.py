@@ -46,6 +46,7 @@ from ddbench import env
 from ddbench.kernel_bench import capture_graph, copy_bandwidth, parse_ints, write_cells_csv
 from ddtree_core.mask import ancestor_mask
 
+H200_BANDWIDTH, H200_FLOPS = 4.8e12, 989e12  # peak bytes/s and dense bf16 FLOP/s (anchors.md §5.2)
 KNEE_TOLERANCE = 0.10
 KNEE_RULE = "per batch size, the largest T = nodes + 1 whose time_ms is within 10 % of that batch's T = 1 time_ms"
 MEMORY_SLACK = 1.25  # memory_gb is an estimate: a cell runs if slack x estimate + 1 GiB fits in free memory
@@ -271,6 +272,11 @@ class Floors:
     def floor_ms(self) -> float:
         return max(self.bytes_ms, self.flops_ms)
 
+    @property
+    def bound(self) -> str:
+        """The larger floor: "bytes" or "flops"."""
+        return "bytes" if self.bytes_ms >= self.flops_ms else "flops"
+
 
 def floors(shape: ModelShape, batch: int, width: int, prefix: int, itemsize: int, bandwidth: float,
            flops_per_s: float) -> Floors:  # fmt: skip
@@ -335,11 +341,12 @@ class CellResult:
 
 def full_config(device: str, seed: int) -> BenchConfig:
     return BenchConfig("qwen3-8b", 36, (1, 4, 16, 32), (0, 15, 31, 63, 127, 255, 511, 1023), 1024, 10, 3,
-                       4.8e12, 989e12, device, _dtype_name(device), seed)  # fmt: skip
+                       H200_BANDWIDTH, H200_FLOPS, device, _dtype_name(device), seed)  # fmt: skip
 
 
 def smoke_config(device: str, seed: int) -> BenchConfig:
-    return BenchConfig("tiny", 2, (1, 2), (0, 3, 7), 16, 3, 1, 4.8e12, 989e12, device, _dtype_name(device), seed)
+    return BenchConfig("tiny", 2, (1, 2), (0, 3, 7), 16, 3, 1, H200_BANDWIDTH, H200_FLOPS, device, _dtype_name(device),
+                       seed)  # fmt: skip
 
 
 def _dtype_name(device: str) -> str:
@@ -389,7 +396,7 @@ def run_cell(model: Decoder, config: BenchConfig, batch: int, nodes: int, bandwi
     base = dict(
         batch=batch, nodes=nodes, width=width, prefix=config.prefix, weight_gb=floor.weight_bytes / 1e9,
         kv_gb=floor.kv_bytes / 1e9, bytes_floor_ms=floor.bytes_ms, flops_floor_ms=floor.flops_ms,
-        floor_ms=floor.floor_ms, bound="bytes" if floor.bytes_ms >= floor.flops_ms else "flops",
+        floor_ms=floor.floor_ms, bound=floor.bound,
         copy_floor_ms=(floor.weight_bytes + floor.kv_bytes) / bandwidth * 1e3 if bandwidth else None,
         memory_gb=need / 1e9,
     )  # fmt: skip
@@ -536,8 +543,8 @@ def main(
     reps: Annotated[int | None, typer.Option(help="Timed repetitions per variant, median kept (default 10).")] = None,
     warmup: Annotated[int | None, typer.Option(help="Untimed repetitions first (default 3).")] = None,
     layers: Annotated[int | None, typer.Option(help="Build, time and scale this many layers (default all).")] = None,
-    peak_bandwidth: Annotated[float, typer.Option(help="Peak memory bandwidth, bytes/s (H200).")] = 4.8e12,
-    peak_flops: Annotated[float, typer.Option(help="Peak dense bf16 FLOP/s (H200).")] = 989e12,
+    peak_bandwidth: Annotated[float, typer.Option(help="Peak memory bandwidth, bytes/s (H200).")] = H200_BANDWIDTH,
+    peak_flops: Annotated[float, typer.Option(help="Peak dense bf16 FLOP/s (H200).")] = H200_FLOPS,
     seed: Annotated[int, typer.Option(help="Seed of the weights, trees and tokens.")] = 0,
 ) -> None:
     """Time the target verify step of a random Qwen3-shaped decoder over batch x tree nodes; write to --out."""

@@ -30,12 +30,12 @@ from typing import Annotated
 import typer
 
 from ddbench.config import DDBenchError
-from ddbench.cost_bench import MOE_PRESETS, PRESETS, ModelShape, floors
+from ddbench.cost_bench import H200_BANDWIDTH, H200_FLOPS, MOE_PRESETS, PRESETS, ModelShape, floors
 
 COLUMNS = ("batch", "nodes", "width", "prefix", "time_ms", "body_ms", "tokens", "decode_batch", "floor_ms", "bound",
            "over_floor", "graph")  # fmt: skip
 ITEMSIZE = 2  # bf16
-H200 = (4.8e12, 989e12)  # peak bytes/s and dense bf16 FLOP/s, as cost_bench's defaults
+H200 = (H200_BANDWIDTH, H200_FLOPS)
 
 
 def decode_times(path: Path) -> tuple[dict[int, float], int]:
@@ -73,8 +73,8 @@ def cells(shape: ModelShape, steps: dict[int, float], prefix: int, batches, widt
             floor = floors(shape, tokens, 1, prefix, ITEMSIZE, *peaks)
             rows.append(dict(batch=batch, nodes=width - 1, width=width, prefix=prefix, time_ms=time_ms,
                              body_ms=body_ms, tokens=tokens, decode_batch=tokens, floor_ms=floor.floor_ms,
-                             bound="bytes" if floor.bytes_ms >= floor.flops_ms else "flops",
-                             over_floor=time_ms / floor.floor_ms, graph=tokens <= graph_max))  # fmt: skip
+                             bound=floor.bound, over_floor=time_ms / floor.floor_ms,
+                             graph=tokens <= graph_max))  # fmt: skip
     return rows
 
 
@@ -124,8 +124,8 @@ def main(
     graph_max_tokens: Annotated[
         int, typer.Option(help="one_batch's --cuda-graph-max-bs: larger steps ran eagerly (graph column False).")
     ] = 512,
-    peak_bandwidth: Annotated[float, typer.Option(help="Peak memory bandwidth, bytes/s, for floor_ms.")] = 4.8e12,
-    peak_flops: Annotated[float, typer.Option(help="Peak dense bf16 FLOP/s, for floor_ms.")] = 989e12,
+    peak_bandwidth: Annotated[float, typer.Option(help="Peak memory bandwidth, bytes/s, for floor_ms.")] = H200[0],
+    peak_flops: Annotated[float, typer.Option(help="Peak dense bf16 FLOP/s, for floor_ms.")] = H200[1],
 ) -> None:
     """Turn SGLang decode-step timings into a `ddbench cost` run folder for `ddbench project`."""
     try:

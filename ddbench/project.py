@@ -54,7 +54,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ddbench.config import DDBenchError
-from ddbench.cost_bench import ModelShape, floors
+from ddbench.cost_bench import H200_BANDWIDTH, H200_FLOPS, ModelShape, floors
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ class GpuSpec:
 
 
 GPUS = {
-    "h200": GpuSpec("NVIDIA H200", 4.8e12, 989e12, "../shared/research/anchors.md §5.2 (4.8 TB/s; 989 TFLOPS "
-                    "dense BF16 from the datacrunch spec table [S])"),
+    "h200": GpuSpec("NVIDIA H200", H200_BANDWIDTH, H200_FLOPS, "../shared/research/anchors.md §5.2 (4.8 TB/s; "
+                    "989 TFLOPS dense BF16 from the datacrunch spec table [S])"),
     # 500 TFLOPS is anchors.md's own estimate [X] (NVIDIA's 4000 FP4-sparse TOPS / 8, full-rate FP32
     # accumulate); third-party spec pages (hmc-tech.com) list 503.8 dense BF16 tensor TFLOPS. --flops overrides.
     "rtx-pro-6000": GpuSpec("NVIDIA RTX PRO 6000 Blackwell", 1.792e12, 500e12, "../shared/research/anchors.md "

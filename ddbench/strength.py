@@ -165,10 +165,8 @@ def open_run(results: Path, model: str, data_dir: str | None):
     config = folder.read_manifest()["config"]
     tokenizer = AutoTokenizer.from_pretrained(model)
 
-    def builder(records) -> PromptBuilder:
-        return PromptBuilder(config, tokenizer, records, data_dir)
-
-    return load_cells(folder), builder, load_models(model, config["draft"], dtype="float32", device="cpu")
+    base = PromptBuilder(config, tokenizer, (), data_dir)  # the datasets read once
+    return load_cells(folder), base.with_answers, load_models(model, config["draft"], dtype="float32", device="cpu")
 
 
 def load_trajectories(results: Path, model: str, data_dir: str | None, datasets: Sequence[str], limit: int | None):
