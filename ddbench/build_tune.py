@@ -13,7 +13,10 @@ expand / select passes) alone, the rest at the default. Each tree is checked fie
 Then the default launch at smaller depth limits (--depths): the program stops after that many levels, so
 the differences split the build's time between its levels and its final selection (those trees are checked
 against the torch build at the same limit). Writes cells.csv (one row per launch) and best.csv (per cell:
-the fastest equal launch at the full depth, and the default).
+the fastest equal launch at the full depth, and the default). On CUDA it also writes phases.csv: the default
+launch once more with every program stamping the SM's cycle counter after each phase of each level (expand,
+select, append, bound) and of the final selection (select, rank, write), as mean microseconds per request
+(`tree_build.phase_times`), which says where a level's time goes.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from ddbench.kernel_bench import parse_ints, tune_row
 LENGTH = 16
 KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK")  # tree_build.LAUNCH_KEYS, in column order
 COLUMNS = ("batch", "budget", "logit_scale", "max_depth", *KEYS, "us", "equal", "mean_depth", "note")
+PHASE_COLUMNS = ("batch", "budget", "logit_scale", "phase", "us")
 BEST_COLUMNS = ("batch", "budget", "logit_scale", *KEYS, "us", "default_us")
 
 
@@ -68,7 +72,7 @@ def run(
     from ddtree_core.kernels import topk, tree_build
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    rows = []
+    rows, phase_rows = [], []
     for batch, budget in cells:
         for scale in scales:
             generator = torch.Generator(device=device).manual_seed(batch * 7919 + budget)
@@ -91,8 +95,22 @@ def run(
                     return {"equal": _same_tree(built, want), "mean_depth": round(mean_depth, 2)}
 
                 rows.append(tune_row(row, call, check, COLUMNS))
-    _write(out, rows)
+            if device == "cuda":
+                cell = {"batch": batch, "budget": budget, "logit_scale": scale}
+                phase_rows += [cell | {"phase": name, "us": round(us, 2)} for name, us in phases(lists, budget).items()]
+    _write(out, rows, phase_rows)
     return rows
+
+
+def phases(lists, budget: int) -> dict[str, float]:
+    """The default launch's phase times (tree_build.phase_times) after two unstamped warm-up builds."""
+    from ddtree_core.kernels import tree_build
+
+    clock = torch.zeros(lists.log_probs.shape[0], tree_build.clock_slots(LENGTH), dtype=torch.int64, device="cuda")
+    for stamps in (None, None, clock):
+        tree_build.build_tree_from_topk(lists, budget, LENGTH, budget, clock=stamps)
+    torch.cuda.synchronize()
+    return tree_build.phase_times(clock, LENGTH)
 
 
 def _is_default(row: dict) -> bool:
@@ -119,9 +137,12 @@ def best_rows(rows: list[dict]) -> list[dict]:
     return best
 
 
-def _write(out: Path, rows: list[dict]) -> None:
+def _write(out: Path, rows: list[dict], phase_rows: list[dict] = ()) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    for name, columns, table in (("cells.csv", COLUMNS, rows), ("best.csv", BEST_COLUMNS, best_rows(rows))):
+    tables = [("cells.csv", COLUMNS, rows), ("best.csv", BEST_COLUMNS, best_rows(rows))]
+    if phase_rows:
+        tables.append(("phases.csv", PHASE_COLUMNS, phase_rows))
+    for name, columns, table in tables:
         with open(out / name, "w", newline="") as stream:
             writer = csv.DictWriter(stream, fieldnames=columns)
             writer.writeheader()

@@ -7,7 +7,9 @@ For every cell (batch x budget x vocab, L = 16 draft positions, bf16 draft logit
 impl it times each stage and the whole round:
 - torch / triton: CUDA events around replays of a CUDA graph of the stage (the capture itself is the
   proof that the stage never syncs with the host), the round also eagerly (launch overhead
-  included), and one eager round under torch.cuda.set_sync_debug_mode("error");
+  included), and one eager round under torch.cuda.set_sync_debug_mode("error"); round_graph8 is one
+  graph of 8 rounds back to back over 8: the GPU time of a round inside a larger graph (as in a server's
+  draft graph), without the few microseconds each replay's launch costs;
 - reference: host wall time of eager calls (device-to-host copies included); skipped where one call
   would take more than a few seconds, which the note column says.
 The floor of a round is reading the draft logits once at the copy bandwidth measured at the start (a
@@ -63,6 +65,7 @@ class CellResult:
     walk_us: float | None
     round_us: float | None
     round_eager_us: float | None  # the round launched eagerly (torch/triton)
+    round_graph8_us: float | None  # a graph of 8 rounds, per round (torch/triton): no per-replay launch cost
     logits_mb: float  # draft logits read by the round
     floor_us: float | None  # reading the draft logits once at the measured copy bandwidth
     over_floor: float | None  # round_us / floor_us
@@ -282,6 +285,9 @@ def _measure(config: BenchConfig, batch: int, budget: int, vocab: int, impl: str
             seconds = eager_seconds(_finished(stages[name], config.device), config.min_seconds, events=False)
         timings[name] = seconds * 1e6
     eager = eager_seconds(stages["round"], config.min_seconds, events=True) * 1e6 if use_graphs else None
+    graph8 = None
+    if use_graphs and graph_ok:
+        graph8 = graph_seconds(lambda: [stages["round"]() for _ in range(8)], config.min_seconds) / 8 * 1e6
     sync_free = _sync_free(stages["round"]) if use_graphs else None
     round_us = timings["round"]
     floor = base["floor_us"]
@@ -289,6 +295,7 @@ def _measure(config: BenchConfig, batch: int, budget: int, vocab: int, impl: str
         **base,
         **{f"{name}_us": timings[name] for name in STAGES},
         round_eager_us=eager,
+        round_graph8_us=graph8,
         over_floor=round_us / floor if floor else None,
         graph_captured=graph_ok,
         sync_free=sync_free,
@@ -369,7 +376,8 @@ def write_results(
 def _one_line(r: CellResult) -> str:
     fmt = lambda v: "-" if v is None else f"{v:.1f}"
     return (
-        f"B={r.batch} N={r.budget} V={r.vocab} {r.impl}: round {fmt(r.round_us)} us "
+        f"B={r.batch} N={r.budget} V={r.vocab} {r.impl}: round {fmt(r.round_us)} us (in a graph of 8: "
+        f"{fmt(r.round_graph8_us)}) "
         f"(topk {fmt(r.topk_us)}, build {fmt(r.build_us)}, mask {fmt(r.mask_us)}, walk {fmt(r.walk_us)}) {r.note}"
     )
 
@@ -379,14 +387,15 @@ def print_table(results: list[CellResult]) -> None:
     from rich.table import Table
 
     table = Table(title="DDTree draft-side round (us per call)")
-    for column in ("batch", "budget", "vocab", "impl", "topk", "build", "mask", "walk", "round", "eager", "floor",
-                   "x floor", "graph", "no sync", "note"):  # fmt: skip
+    for column in ("batch", "budget", "vocab", "impl", "topk", "build", "mask", "walk", "round", "eager", "in graph",
+                   "floor", "x floor", "graph", "no sync", "note"):  # fmt: skip
         table.add_column(column, justify="left" if column in ("impl", "note") else "right")
     fmt = lambda v, digits=1: "-" if v is None else (str(v) if isinstance(v, bool) else f"{v:.{digits}f}")
     for r in results:
         table.add_row(
             str(r.batch), str(r.budget), str(r.vocab), r.impl, fmt(r.topk_us), fmt(r.build_us), fmt(r.mask_us),
-            fmt(r.walk_us), fmt(r.round_us), fmt(r.round_eager_us), fmt(r.floor_us), fmt(r.over_floor),
+            fmt(r.walk_us), fmt(r.round_us), fmt(r.round_eager_us), fmt(r.round_graph8_us), fmt(r.floor_us),
+            fmt(r.over_floor),
             fmt(r.graph_captured), fmt(r.sync_free), r.note[:60],
         )  # fmt: skip
     Console(width=None if sys.stdout.isatty() else 200).print(table)

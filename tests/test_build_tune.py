@@ -47,3 +47,12 @@ def test_best_skips_unequal_and_failed_launches():
 def test_bad_cells_are_refused():
     with pytest.raises(Exception, match="BATCHxBUDGET"):
         build_tune._cells("1x256,64")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_phases_on_cuda(tmp_path):
+    build_tune.run(tmp_path, cells=[(2, 64)], scales=[4.0], vocab=3000, warps=[], hist_bins=[], log_bins=[])
+    with open(tmp_path / "phases.csv") as stream:
+        phases = {r["phase"]: float(r["us"]) for r in csv.DictReader(stream)}
+    assert {"level0.expand", "final.rank", "total"} <= set(phases) and phases["total"] > 0

@@ -171,6 +171,45 @@ def test_build_rejects_bad_launch():
         tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"QCH": 0})
 
 
+def test_phase_times_from_stamps():
+    """Two requests, max depth 2, both through level 0 only (level 1's slots hold the buffer's zeros); the
+    cycle counter runs at 2 cycles per ns (the global timer spans 100 ns where the cycles span 200)."""
+    from ddtree_core.kernels import tree_build
+
+    row = [1000, 500, 520, 540, 580, 600, 0, 0, 0, 0, 640, 660, 700, 1100]  # F = 10
+    clock = torch.tensor([row, [r + 4 if 0 < i < 13 and r else r for i, r in enumerate(row)]])
+    assert clock.shape[1] == tree_build.clock_slots(2)
+    times = tree_build.phase_times(clock, 2)
+    assert times == pytest.approx({"level0.expand": 0.01, "level0.select": 0.01, "level0.append": 0.02,
+                                   "level0.bound": 0.01, "final.select": 0.02, "final.rank": 0.01,
+                                   "final.write": 0.02, "total": 0.1})  # fmt: skip
+
+
+def test_build_rejects_a_clock_off_cuda_or_misshapen():
+    from ddtree_core.kernels import tree_build
+
+    topk = draft_topk(torch.randn(1, 2, 8, device=DEVICE), 4, impl="reference")
+    for clock in (torch.zeros(1, 4, dtype=torch.int64, device=DEVICE), torch.zeros(1, 14, device=DEVICE)):
+        with pytest.raises(ValueError, match="clock"):
+            tree_build.build_tree_from_topk(topk, 4, 2, 4, clock=clock)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_profiled_build_keeps_the_tree_and_stamps_every_phase():
+    from ddtree_core.kernels import tree_build
+
+    generator = torch.Generator().manual_seed(5)
+    topk = draft_topk(make_logits("bf16", 3, 8, 3000, generator).cuda(), 64, impl="reference")
+    clock = torch.zeros(3, tree_build.clock_slots(8), dtype=torch.int64, device="cuda")
+    out = tree_build.build_tree_from_topk(topk, 64, 8, 64, clock=clock)
+    assert_same(out, build_tree_from_topk(topk, 64, max_depth=8, impl="reference"))
+    times = tree_build.phase_times(clock, 8)
+    assert "level0.expand" in times and "final.write" in times
+    assert all(us >= 0 for us in times.values()) and 0 < times["total"] < 1e4
+    assert sum(us for name, us in times.items() if name != "total") <= times["total"] + 1.0  # timer ticks
+
+
 def test_int_budget_and_clamped_tensor_budget():
     generator = torch.Generator().manual_seed(1)
     topk = draft_topk(make_logits("bf16", 3, 6, 60, generator).to(DEVICE), 20, impl="reference")

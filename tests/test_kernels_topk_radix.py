@@ -100,6 +100,15 @@ def test_topk_equals_reference(case):
     assert_topk_equal(out, ref)
 
 
+@pytest.mark.parametrize("kind", ["bf16", "ties", "equal", "nan"])
+@pytest.mark.parametrize("block, log_bins", [(8, 1), (64, 4), (4096, 8)])
+def test_selection_block_and_digit_change_only_the_speed(kind, block, log_bins):
+    """Blocks smaller than the groups (reloaded each radix pass) or holding them all, 1- to 8-bit digits."""
+    logits = radix_logits(kind, (1, 2, 1500), torch.Generator().manual_seed(block + log_bins)).to(DEVICE)
+    out = topk_radix.draft_topk(logits, 37, 1.0, group=8, tile=256, chunks=2, block=block, log_bins=log_bins)
+    assert_topk_equal(out, draft_topk(logits, 37, impl="reference"))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="patches a jit function, which only the interpreter calls")
 def test_equal_rows_shrink_the_token_list():
     logits = radix_logits("equal", (1, 1, 3000), torch.Generator())
@@ -146,8 +155,9 @@ def test_empty_batch_and_bad_arguments():
     out = topk_radix.draft_topk(torch.zeros(0, 4, 50, device=DEVICE), 3, 1.0)
     assert out.token_ids.shape == out.log_probs.shape == (0, 4, 3)
     logits = torch.zeros(1, 2, 50, device=DEVICE)
-    for bad in ({"tile": 48}, {"group": 1}, {"group": 12}, {"tile": 8, "group": 16}):
-        with pytest.raises(ValueError, match="tile|group"):
+    for bad in ({"tile": 48}, {"group": 1}, {"group": 12}, {"tile": 8, "group": 16}, {"block": 100},
+                {"log_bins": 0}, {"log_bins": 9}):  # fmt: skip
+        with pytest.raises(ValueError, match="tile|group|block|log_bins"):
             topk_radix.draft_topk(logits, 3, 1.0, **bad)
     with pytest.raises(ValueError, match="k"):
         topk_radix.draft_topk(logits, 51, 1.0)
@@ -159,11 +169,13 @@ def test_empty_batch_and_bad_arguments():
     "kind, batch, k, temperature", [("bf16", 64, 64, 1.0), ("bf16", 8, 256, 0.7), ("nan", 4, 64, 1.0)]
 )
 def test_benchmark_shapes_on_cuda(kind, batch, k, temperature):
-    """1024 rows of vocabulary 152064 with the default plan; 0.7 checks the reciprocal scaling of CUDA,
-    "nan" that the GPU's float maximum of a group ignores NaN as the interpreter's does."""
+    """1024 rows of vocabulary 152064 with the default plan, and with every group held in registers
+    (block 8192, 8-bit digits); 0.7 checks the reciprocal scaling of CUDA, "nan" that the GPU's float
+    maximum of a group ignores NaN as the interpreter's does."""
     logits = make_logits(kind, (batch, 16, 152064), torch.Generator().manual_seed(batch)).bfloat16().cuda()
     ref = draft_topk(logits, k, draft_temperature=temperature, impl="reference")
     assert_topk_equal(topk_radix.draft_topk(logits, k, temperature), ref)
+    assert_topk_equal(topk_radix.draft_topk(logits, k, temperature, block=8192, log_bins=8), ref)
 
 
 @pytest.mark.gpu

@@ -238,19 +238,25 @@ def draft_topk(
     group: int | None = None,
     warps: int = 4,
     select_warps: int | None = None,
+    block: int | None = None,
+    log_bins: int = 6,
 ) -> DraftTopK:
     """Top-k of `logits` [..., V] per row, equal to `tree.draft_topk(impl="reference")` (ids exactly).
 
     tile: logits per tile of the scan (a power of two, at least `group`); chunks: vocabulary chunks per row
     of the scan; group: tokens per group (a power of two >= 2); warps / select_warps: per program of kernel
-    1 / 2. They change only the speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph
-    capturable.
+    1 / 2; block: the most group entries kernel 2 holds, or tokens it reads back, per step (a power of two;
+    a block that holds all of a row's groups keeps them in registers across the radix passes); log_bins: the
+    radix digit of kernel 2's selections (1..8 bits). They change
+    only the speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph capturable.
     """
     *lead, vocab = logits.shape
     check_k(k, vocab)
-    for name, value in (("tile", tile), ("group", group)):
+    for name, value in (("tile", tile), ("group", group), ("block", block)):
         if value is not None and (value < 2 or value & (value - 1)):
             raise ValueError(f"{name} must be a power of two >= 2, got {value}")
+    if not 1 <= log_bins <= 8:
+        raise ValueError(f"log_bins must be in [1, 8], got {log_bins}")
     if tile is not None and group is not None and tile < group:
         raise ValueError(f"tile ({tile}) must be at least group ({group})")
     if k > MAX_K:
@@ -260,7 +266,8 @@ def draft_topk(
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     if rows.shape[0] > 0:
         *plan, auto_select_warps = _plan(rows, k, tile, chunks, group)
-        _launch(rows, k, draft_temperature, plan, (warps, select_warps or auto_select_warps), log_probs, token_ids)
+        launch = (warps, select_warps or auto_select_warps, block or _BLOCK, log_bins)
+        _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids)
     return DraftTopK(log_probs=log_probs.view(*lead, k), token_ids=token_ids.view(*lead, k))
 
 
@@ -297,16 +304,17 @@ def group_maxima(logits: torch.Tensor, k: int, draft_temperature: float) -> torc
     check_k(k, vocab)
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     *plan, _ = _plan(rows, k, None, None, None)
-    return _launch(rows, k, draft_temperature, plan, (4, 8), log_probs, token_ids, select=False)
+    return _launch(rows, k, draft_temperature, plan, (4, 8, _BLOCK, 6), log_probs, token_ids, select=False)
 
 
-def _launch(rows, k, draft_temperature, plan, warps, log_probs, token_ids, select=True) -> torch.Tensor:
+def _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, select=True) -> torch.Tensor:
     tile, chunk_len, chunks, group = plan
+    warps, select_warps, block, log_bins = launch
     num_rows, vocab = rows.shape
     device = rows.device
     n_groups = triton.cdiv(vocab, group)
     soft = max(2 * k, 256)
-    gather = min(_BLOCK, triton.next_power_of_2(min(k, n_groups) * group))
+    gather = min(block, triton.next_power_of_2(min(k, n_groups) * group))
     groups = torch.empty((num_rows, n_groups), dtype=torch.int64, device=device)
     stats = torch.empty((num_rows, chunks, 2), dtype=torch.float32, device=device)
     cand = torch.empty((num_rows, soft + gather), dtype=torch.int64, device=device)
@@ -315,14 +323,14 @@ def _launch(rows, k, draft_temperature, plan, warps, log_probs, token_ids, selec
     fast = not divide and not _interpreted()
     _scan_kernel[(num_rows, chunks)](
         rows, rows.stride(0), vocab, chunk_len, scale, groups, n_groups, stats,
-        TILE=tile, G=group, DIVIDE=divide, FAST=fast, num_warps=warps[0],
+        TILE=tile, G=group, DIVIDE=divide, FAST=fast, num_warps=warps,
     )  # fmt: skip
     if not select:
         return groups
     _select_kernel[(num_rows,)](
         rows, rows.stride(0), vocab, scale, groups, n_groups, stats, chunks, k, soft, cand, log_probs, token_ids,
-        G=group, GATHER=gather, CP=triton.next_power_of_2(chunks), GBLOCK=min(_BLOCK, triton.next_power_of_2(n_groups)),
-        CBLOCK=triton.next_power_of_2(soft), LOG_BINS=6, KP=triton.next_power_of_2(k), DIVIDE=divide,
-        num_warps=warps[1],
+        G=group, GATHER=gather, CP=triton.next_power_of_2(chunks), GBLOCK=min(block, triton.next_power_of_2(n_groups)),
+        CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins, KP=triton.next_power_of_2(k), DIVIDE=divide,
+        num_warps=select_warps,
     )  # fmt: skip
     return groups

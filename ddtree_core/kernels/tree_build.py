@@ -50,6 +50,20 @@ _PACK_LIMIT = TRITON_NODE_LIMIT  # pool indices and budgets must fit 15 bits: pk
 
 
 @triton.jit
+def _stamp(clock_ptr, slot, PROFILE: tl.constexpr, GLOBAL: tl.constexpr = False):
+    """Profiling (CUDA only): after a barrier, the SM's cycle counter (GLOBAL: the global nanosecond
+    timer) to clock_ptr[slot]. Without PROFILE, nothing."""
+    if PROFILE:
+        tl.debug_barrier()
+        if GLOBAL:
+            asm: tl.constexpr = "mov.u64 $0, %globaltimer;"
+        else:
+            asm: tl.constexpr = "mov.u64 $0, %clock64;"
+        now = tl.inline_asm_elementwise(asm, "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+        tl.store(clock_ptr + slot, now)
+
+
+@triton.jit
 def _score_key(score):
     """int32 key of float32 scores <= 0: the bits of |score|, ordered like -score (-0.0 -> 0)."""
     return (-score).to(tl.int32, bitcast=True) & 0x7FFFFFFF
@@ -277,6 +291,7 @@ def _build_kernel(
     cnt_out,  # [B] int64: nodes of each tree
     score_out,  # [B, n_max + 1] float32: path log-prob; root 0, padding -inf
     rank_out,  # [B, n_max + 1] int64: rank of the node's token at its depth; root and padding -1
+    clock_ptr,  # [B, clock_slots(max_depth)] int64: phase stamps (read when PROFILE)
     s_lb, s_ll, s_lk,  # strides of lp_ptr (elements)
     s_ib, s_il, s_ik,  # strides of ids_ptr (elements)
     max_depth,  # int: levels to build, 1 <= max_depth <= L
@@ -292,9 +307,13 @@ def _build_kernel(
     LOG_BINS: tl.constexpr,  # radix-selection digit bits
     HIST_BINS: tl.constexpr,  # buckets of the kept-key histogram (256: keys >> 23; 2048: keys >> 20)
     HIST_SHIFT: tl.constexpr,  # key bits below a bucket
+    PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
 ):  # fmt: skip
     pid = tl.program_id(0)
     zero = pid * 0
+    clock_row = clock_ptr + pid * (4 * max_depth + 6)
+    _stamp(clock_row, 0, PROFILE, True)
+    _stamp(clock_row, 1, PROFILE)
     if PER_REQUEST_BUDGET:
         b = tl.minimum(tl.load(budget_ptr + pid), n_max).to(tl.int32)
     else:
@@ -331,6 +350,7 @@ def _build_kernel(
             cand_key, cand_pk, cand_score, CHUNK,
         )  # fmt: skip
         tl.debug_barrier()
+        _stamp(clock_row, 2 + 4 * d, PROFILE)
         n_kept = tl.minimum(n_valid, b)
         if n_valid > b:
             lower, upper, left = _select_bucket(cand_key, n_valid, b, CHUNK, LOG_BINS)
@@ -339,18 +359,22 @@ def _build_kernel(
                 False, CHUNK,
             )  # fmt: skip
             tl.debug_barrier()
+            _stamp(clock_row, 3 + 4 * d, PROFILE)
             hist = _append_level(
                 comp_key, comp_pk, comp_score, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score,
                 pool_depth, hist, PCH, QCH, HIST_BINS, HIST_SHIFT,
             )  # fmt: skip
         else:
+            _stamp(clock_row, 3 + 4 * d, PROFILE)
             hist = _append_level(
                 cand_key, cand_pk, cand_score, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score,
                 pool_depth, hist, PCH, QCH, HIST_BINS, HIST_SHIFT,
             )  # fmt: skip
         tl.debug_barrier()
+        _stamp(clock_row, 4 + 4 * d, PROFILE)
         bound = _key_bound(hist, b, HIST_BINS, HIST_SHIFT)
         n_parents = _count_below(pool_key + pool_n, n_kept, bound, PCH)
+        _stamp(clock_row, 5 + 4 * d, PROFILE)
         start_par = pool_n
         pool_n += n_kept
         d += 1
@@ -367,6 +391,7 @@ def _build_kernel(
         True, CHUNK,
     )  # fmt: skip
     tl.debug_barrier()
+    _stamp(clock_row, 2 + 4 * max_depth, PROFILE)
     offs = tl.arange(0, PCH)
     p0 = n_nodes * 0
     while p0 < n_nodes:
@@ -378,6 +403,7 @@ def _build_kernel(
         tl.store(inv + rank, idx, mask=pm)
         p0 += PCH
     tl.debug_barrier()
+    _stamp(clock_row, 3 + 4 * max_depth, PROFILE)
     width = n_max + 1
     _write_tree(
         n_nodes, inv, node_of, pool_pk, pool_score, pool_depth, ids_ptr + pid * s_ib, s_il, s_ik,
@@ -385,6 +411,17 @@ def _build_kernel(
         rank_out + pid * width, width, WCH,
     )  # fmt: skip
     tl.store(cnt_out + pid, n_nodes.to(tl.int64))
+    _stamp(clock_row, 4 + 4 * max_depth, PROFILE)
+    _stamp(clock_row, 5 + 4 * max_depth, PROFILE, True)
+
+
+def clock_slots(max_depth: int) -> int:
+    """Stamps per request of a profiled build (`build_tree_from_topk(clock=)`), int64 each: 0 the global
+    timer (ns) at the start, 1 the SM's cycle counter there; for each level d < max_depth, cycles at
+    2 + 4d after the expand, 3 + 4d after the selection, 4 + 4d after the append, 5 + 4d after the bound;
+    then cycles at F = 2 + 4 max_depth after the final selection, F + 1 after its ranks, F + 2 after the
+    write, and the global timer at F + 3. Levels the build never reached keep what the buffer held."""
+    return 4 * max_depth + 6
 
 
 def build_tree_from_topk(
@@ -395,12 +432,15 @@ def build_tree_from_topk(
     hold_chain: bool | torch.Tensor = False,
     *,
     launch: dict | None = None,
+    clock: torch.Tensor | None = None,
 ) -> DraftTree:
     """The DDTree trees of a batch, equal field by field to the reference heap.
 
     budget: an int, or a LongTensor [B] on the top-K's device (clamped to [0, max_budget]).
     hold_chain: a bool, or a BoolTensor [B] on the top-K's device.
     launch: overrides of `_launch_config` (the speed only; LAUNCH_KEYS names them).
+    clock: an int64 CUDA tensor [B, clock_slots(max_depth)] that receives each program's phase stamps
+    (ddbench.build_tune's phases.csv; `phase_times` reads them).
     Needs log-probs <= 0 sorted best first per depth (draft_topk's output). No host sync.
     """
     log_probs, token_ids = topk.log_probs, topk.token_ids
@@ -421,13 +461,45 @@ def build_tree_from_topk(
     holds = hold_chain.to(device) if per_request_hold else tree.num_nodes  # unread unless HOLD == 2
     if batch == 0:
         return tree
+    if clock is not None and (
+        clock.device.type != "cuda" or clock.dtype != torch.int64 or clock.shape != (batch, clock_slots(max_depth))
+    ):
+        raise ValueError(f"clock must be an int64 CUDA tensor [{batch}, {clock_slots(max_depth)}]")
     _build_kernel[(batch,)](
         log_probs, token_ids, budgets, 0 if per_request else int(budget), holds, pairs, row_end, ws_int, ws_flt,
         tree.token_ids, tree.parents, tree.depths, tree.num_nodes, tree.scores, tree.ranks,
-        *log_probs.stride(), *token_ids.stride(), max_depth, n, pairs.numel(), pool_size,
-        HOLD=2 if per_request_hold else int(hold_chain), **_launch_config(n, pairs.numel(), per_request, launch),
+        tree.num_nodes if clock is None else clock, *log_probs.stride(), *token_ids.stride(), max_depth, n,
+        pairs.numel(), pool_size,
+        HOLD=2 if per_request_hold else int(hold_chain), PROFILE=clock is not None,
+        **_launch_config(n, pairs.numel(), per_request, launch),
     )  # fmt: skip
     return tree
+
+
+PHASES = ("expand", "select", "append", "bound")  # per level, in stamp order
+
+
+def phase_times(clock: torch.Tensor, max_depth: int) -> dict[str, float]:
+    """Mean microseconds per request of each phase of a profiled build (see clock_slots): 'level{d}.{phase}'
+    for the levels every request reached, 'final.select', 'final.rank', 'final.write', and 'total' (the
+    global timer). Cycles become time at the rate the global timer measured across each program."""
+    stamps = clock.double().cpu()
+    final = 2 + 4 * max_depth
+    ns_per_cycle = (stamps[:, final + 3] - stamps[:, 0]) / (stamps[:, final + 2] - stamps[:, 1])
+    names, cycles = ["start"], [stamps[:, 1]]
+    for d in range(max_depth):
+        level = stamps[:, 2 + 4 * d : 6 + 4 * d]
+        if not bool((level[:, -1] >= stamps[:, 1]).all()):  # a request stopped before this level
+            break
+        names += [f"level{d}.{phase}" for phase in PHASES]
+        cycles += list(level.unbind(1))
+    names += ["final.select", "final.rank", "final.write"]
+    cycles += [stamps[:, final], stamps[:, final + 1], stamps[:, final + 2]]
+    times = {name: float(((cycles[i] - cycles[i - 1]) * ns_per_cycle).mean()) / 1e3 for i, name in enumerate(names)
+             if i > 0}  # fmt: skip
+    # the final selection starts after the last level every request reached: it absorbs later levels
+    times["total"] = float((stamps[:, final + 3] - stamps[:, 0]).mean()) / 1e3
+    return times
 
 
 LAUNCH_KEYS = (

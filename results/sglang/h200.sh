@@ -45,7 +45,8 @@
 #   gputests    pytest -m gpu (a minute; run it first: the new kernels have only run under the interpreter)
 #   kernels     the draft-side kernel benchmark (reference, torch, triton, or those in KERNEL_IMPLS, e.g.
 #               `KERNEL_IMPLS=triton bash results/sglang/h200.sh serve kernels`; and torch, triton on sharper,
-#               chain-like drafts: --logit-scale 12), the top-K and the tree-build launch sweeps
+#               chain-like drafts: --logit-scale 12), the top-K and the tree-build launch sweeps (with the build's
+#               per-phase times, phases.csv)
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
 #   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
 #               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
@@ -255,7 +256,9 @@ sweeps)
           > "$W/runs/kernel_bench.log" 2>&1
         python3 -m ddbench.kernel_bench --out "$W/runs/kernels-sharp" --impls torch,triton --logit-scale 12 \
           > "$W/runs/kernel_bench-sharp.log" 2>&1
-        python3 -m ddbench.topk_tune --out "$W/runs/topk" --vocabs 49152,152064 --tiles 1024,2048 --chunks 1,2,4,16 > "$W/runs/topk_tune.log" 2>&1
+        # the radix selection's launches (group, warps, block, digit); the scan's were tuned before
+        python3 -m ddbench.topk_tune --out "$W/runs/topk" --vocabs 49152,152064 --tiles 2048 --chunks 16 --warps 4 \
+          > "$W/runs/topk_tune.log" 2>&1
         python3 -m ddbench.build_tune --out "$W/runs/build" > "$W/runs/build_tune.log" 2>&1
         echo "kernels rc=$?" >> "$W/done" ;;
       cost)

@@ -1,0 +1,72 @@
+"""The CUDA-only branches of the Triton kernels (inline PTX: the fast exp, the profiling clocks; launches
+too large for the interpreter's tests) compile for Hopper and Blackwell: Triton's compiler and ptxas run
+without a GPU, so a kernel that would fail on the device fails here first. The compiles run in a child
+process, since the test session imports the kernels under the interpreter (conftest.py)."""
+
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+ARCHS = [90, 100]  # H100 / H200, B200 / RTX PRO 6000 class (sm_120 shares ptxas-blackwell)
+
+
+def compile_for(kernel, arch: int, pointers: dict[str, str], constexprs: dict, warps: int = 4):
+    """triton.compile of `kernel` for sm_`arch`: pointers maps pointer parameters to Triton types, the
+    constexprs their values, every other parameter is an int32 scalar."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = list(inspect.signature(kernel.fn).parameters)
+    signature = {n: pointers.get(n, "constexpr" if n in constexprs else "i32") for n in names}
+    source = ASTSource(kernel, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()})
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+
+
+def profiled_build(arch: int) -> None:
+    from ddtree_core.kernels import tree_build
+
+    pointers = {"lp_ptr": "*fp32", "ids_ptr": "*i64", "budget_ptr": "*i64", "hold_ptr": "*i1", "pairs_ptr": "*i32",
+                "row_end_ptr": "*i32", "ws_int_ptr": "*i32", "ws_flt_ptr": "*fp32", "tok_out": "*i64",
+                "par_out": "*i64", "dep_out": "*i64", "cnt_out": "*i64", "score_out": "*fp32", "rank_out": "*i64",
+                "clock_ptr": "*i64"}  # fmt: skip
+    launch = tree_build._launch_config(256, 1570, False)
+    warps = launch.pop("num_warps")
+    compiled = compile_for(tree_build._build_kernel, arch, pointers, launch | {"HOLD": 0, "PROFILE": True}, warps)
+    ptx = compiled.asm["ptx"]
+    assert "%globaltimer" in ptx and "%clock64" in ptx
+
+
+def radix_topk(arch: int) -> None:
+    from ddtree_core.kernels import topk_radix
+
+    scan = compile_for(
+        topk_radix._scan_kernel, arch, {"logits_ptr": "*bf16", "group_ptr": "*i64", "stat_ptr": "*fp32"},
+        {"TILE": 2048, "G": 32, "DIVIDE": False, "FAST": True},
+    )  # fmt: skip
+    assert "ex2.approx.ftz.f32" in scan.asm["ptx"]
+    select = compile_for(
+        topk_radix._select_kernel, arch,
+        {"logits_ptr": "*bf16", "group_ptr": "*i64", "stat_ptr": "*fp32", "cand_ptr": "*i64", "lp_out": "*fp32",
+         "ids_out": "*i64"},
+        {"G": 32, "GATHER": 8192, "CP": 128, "GBLOCK": 8192, "CBLOCK": 512, "LOG_BINS": 8, "KP": 256,
+         "DIVIDE": False}, warps=8,
+    )  # fmt: skip
+    assert select.asm["cubin"]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("case", ["profiled_build", "radix_topk"])
+def test_compiles_for_the_gpu(case, arch):
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    done = subprocess.run([sys.executable, __file__, case, str(arch)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](int(sys.argv[2]))
