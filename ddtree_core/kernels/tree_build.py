@@ -13,8 +13,10 @@ that cannot matter. For the level below the kept nodes of depth d, with b the re
      survive, a radix selection over their keys (histograms, no sort) keeps the b smallest, equal
      keys in list order, which is the level order (key, i, r).
   3. rank: each kept candidate's position is the number of kept candidates with a smaller
-     (key, i, r), counted by broadcast compares (b * b, no sort); the level is appended, in that
-     order, to a pool of all kept nodes (depth-major, so pool order is (depth, position)).
+     (key, i, r), counted by broadcast compares (b * b, no sort), or, when the kept keys never
+     decrease in (i, r) order (level 0 always: the root's children follow the best-first lists), its
+     place in the list; the level is appended, in that order, to a pool of all kept nodes
+     (depth-major, so pool order is (depth, position)).
   4. bound: a histogram of every kept key by its top bits (256 or 2048 buckets) gives the bucket where the
      kept count reaches b; keys beyond it are beaten by b kept nodes, and so are their children
      (a child's key is never smaller than its parent's), so the bound also cuts the parents of the
@@ -203,18 +205,21 @@ def _expand_level(
 
 @triton.jit
 def _append_level(
-    src_key, src_pk, src_score, n, depth, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
+    src_key, src_pk, src_score, n, in_order, depth, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
     PCH: tl.constexpr, QCH: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr,
 ):  # fmt: skip
     """Step 3: write the n kept candidates to pool[pool_n:] in level order; returns the histogram of
-    all kept keys with theirs added."""
+    all kept keys with theirs added. in_order: the list is in level order already (no ranks)."""
     offs = tl.arange(0, PCH)
     p0 = n * 0
     while p0 < n:
         pm = p0 + offs < n
         key = tl.load(src_key + p0 + offs, mask=pm, other=_I32_MAX)
         pk = tl.load(src_pk + p0 + offs, mask=pm, other=0)
-        slot = pool_n + _rank(key, pk, src_key, src_pk, n, PCH, QCH)
+        if in_order:
+            slot = pool_n + p0 + offs
+        else:
+            slot = pool_n + _rank(key, pk, src_key, src_pk, n, PCH, QCH)
         tl.store(pool_key + slot, key, mask=pm)
         tl.store(pool_pk + slot, pk, mask=pm)
         tl.store(pool_score + slot, tl.load(src_score + p0 + offs, mask=pm, other=0.0), mask=pm)
@@ -222,6 +227,21 @@ def _append_level(
         hist += tl.histogram(key >> HIST_SHIFT, HIST_BINS, mask=pm)
         p0 += PCH
     return hist
+
+
+@triton.jit
+def _ascending(key_ptr, n, CHUNK: tl.constexpr):
+    """Whether the n keys at key_ptr never decrease."""
+    offs = tl.arange(0, CHUNK)
+    drops = n * 0
+    c0 = n * 0
+    while c0 < n - 1:
+        j = c0 + offs
+        m = j < n - 1
+        later = tl.load(key_ptr + j + 1, mask=m, other=0)
+        drops += tl.sum((m & (later < tl.load(key_ptr + j, mask=m, other=0))).to(tl.int32), 0)
+        c0 += CHUNK
+    return drops == 0
 
 
 @triton.jit
@@ -352,6 +372,9 @@ def _build_kernel(
         tl.debug_barrier()
         _stamp(clock_row, 2 + 4 * d, PROFILE)
         n_kept = tl.minimum(n_valid, b)
+        # A list in (i, r) order whose keys never decrease is in level order as it stands: no ranks needed
+        # (always at level 0, whose candidates (0, r) follow the best-first lists; so with one parent).
+        in_order = _ascending(cand_key, n_valid, CHUNK)
         if n_valid > b:
             lower, upper, left = _select_bucket(cand_key, n_valid, b, CHUNK, LOG_BINS)
             _compact_selected(
@@ -361,13 +384,13 @@ def _build_kernel(
             tl.debug_barrier()
             _stamp(clock_row, 3 + 4 * d, PROFILE)
             hist = _append_level(
-                comp_key, comp_pk, comp_score, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score,
+                comp_key, comp_pk, comp_score, n_kept, in_order, d + 1, pool_n, pool_key, pool_pk, pool_score,
                 pool_depth, hist, PCH, QCH, HIST_BINS, HIST_SHIFT,
             )  # fmt: skip
         else:
             _stamp(clock_row, 3 + 4 * d, PROFILE)
             hist = _append_level(
-                cand_key, cand_pk, cand_score, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score,
+                cand_key, cand_pk, cand_score, n_kept, in_order, d + 1, pool_n, pool_key, pool_pk, pool_score,
                 pool_depth, hist, PCH, QCH, HIST_BINS, HIST_SHIFT,
             )  # fmt: skip
         tl.debug_barrier()
