@@ -72,10 +72,12 @@ def run(
     progress=None,
     *,
     datasets: Sequence[str] | None = None,
+    budgets: Sequence[int] | None = None,
     on_cell=None,
 ) -> list[dict]:
-    """One row per greedy DFLASH / DDTree cell (of `datasets`, default all); progress(record) after each
-    response, on_cell(rows) after each cell (so an interrupted replay keeps what it finished)."""
+    """One row per greedy DFLASH / DDTree cell (of `datasets`, default all; given `budgets`, only the DDTree
+    cells of those budgets); progress(record) after each response, on_cell(rows) after each cell (so an
+    interrupted replay keeps what it finished)."""
     cells, builder_for, models = open_run(results, model, data_dir)
     rows = []
     for cell in cells:
@@ -85,6 +87,8 @@ def run(
         if datasets and cell.cell.dataset not in datasets:
             continue
         budget = cell.cell.budget if method == "ddtree" else None
+        if budgets and budget not in budgets:
+            continue
         hold = bool(getattr(cell.cell, "hold_chain", False))
         builder = builder_for(cell.records)  # a later turn carried this cell's own earlier answers
         records = sorted(cell.records, key=lambda r: (r.prompt_index, r.turn))[: limit or None]
@@ -133,6 +137,9 @@ def main(
     tol: Annotated[float, typer.Option(help="Largest relative tau difference per cell.")] = 0.02,
     out: Annotated[Path | None, typer.Option(help="Folder for replay.csv / replay.md (default: RESULTS).")] = None,
     datasets: Annotated[str | None, typer.Option(help="Datasets to replay, comma list (default: all).")] = None,
+    budgets: Annotated[
+        str | None, typer.Option(help="Only the DDTree cells of these budgets, comma list (default: every cell).")
+    ] = None,
 ) -> None:
     """Replay an engine's greedy responses with the reference engine; compare acceptance on the same text."""
     from rich.console import Console
@@ -152,8 +159,13 @@ def main(
 
     wanted = [d.strip() for d in datasets.split(",") if d.strip()] if datasets else None
     try:
+        chosen = [int(b) for b in budgets.split(",") if b.strip()] if budgets else None
+    except ValueError:
+        Console(stderr=True).print(f"error: --budgets takes integers such as 127,255, got {budgets!r}", markup=False)
+        raise typer.Exit(2) from None
+    try:
         rows = run(results, model, data_dir, limit, lambda r: console.print(f"{r.cell_id} {r.prompt_index}.{r.turn}"),
-                   datasets=wanted, on_cell=write)  # fmt: skip
+                   datasets=wanted, budgets=chosen, on_cell=write)  # fmt: skip
     except DDBenchError as error:
         Console(stderr=True).print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None

@@ -21,6 +21,13 @@ def test_the_reference_engine_replays_its_own_rounds_exactly(swept, tiny_pair):
     written = []
     assert replay.run(swept, str(tiny_pair[0]), None, None, datasets=["nosuch"], on_cell=written.append) == []
     assert written == []
+    only = replay.run(swept, str(tiny_pair[0]), None, 1, budgets=[8])
+    assert [(row["method"], row["budget"], row["responses"]) for row in only] == [("ddtree", 8, 1)]
+
+
+def test_bad_budgets_exit_2(swept, tiny_pair):
+    result = runner.invoke(app, ["replay", str(swept), "--model", str(tiny_pair[0]), "--budgets", "8,x"])
+    assert result.exit_code == 2 and "--budgets takes integers" in result.stderr
 
 
 def test_a_cell_with_other_rounds_fails_and_says_which(swept, tiny_pair, tmp_path):
