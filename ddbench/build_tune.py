@@ -169,7 +169,7 @@ def main(
     vocab: Annotated[int, typer.Option(help="Vocabulary of the draft logits.")] = 152064,
     warps: Annotated[str, typer.Option(help="Warps of the build program to try.")] = "4,8",
     hist_bins: Annotated[str, typer.Option(help="Kept-key histogram buckets (powers of two).")] = "32,64,128,256,2048",
-    log_bins: Annotated[str, typer.Option(help="Radix-selection digit bits to try.")] = "4,6",
+    log_bins: Annotated[str, typer.Option(help="Radix-selection digit bits to try.")] = "4,8",
     depths: Annotated[
         str, typer.Option(help="Depth limits for the default launch (levels' cost; '' none).")
     ] = "1,2,3,4,8",

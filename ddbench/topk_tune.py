@@ -19,8 +19,10 @@ time between the scan and the per-row selection. Each
 launch's lists are checked against the fused default's (ids exactly, log-probs within 1e-5: the logsumexps sum
 in different orders). It writes cells.csv (one row per launch; "" where a parameter does not apply) and best.csv
 (per method and cell: the fastest launch with equal lists, that method's default, and the fused default), for
-tuning `topk._plan` / `topk_radix._plan` and choosing between them from data. Rows are L = 16 draft positions
-per request, bf16 logits.
+tuning `topk._plan` / `topk_radix._plan` and choosing between them from data. On CUDA it also writes phases.csv:
+the radix default once more with its selection program stamping the SM's cycle counter after each phase
+(logsumexp, groups: choosing the K best groups, gather: reading them back, rank: the K best tokens written in
+order), as mean microseconds per row. Rows are L = 16 draft positions per request, bf16 logits.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ddbench.kernel_bench import parse_ints, tune_row
 LENGTH = 16
 PARAMS = ("tile", "chunks", "warps", "group", "select_warps", "block", "log_bins")
 COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "equal", "note")
+PHASE_COLUMNS = ("batch", "vocab", "k", "phase", "us")
 BEST_COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "auto_us", "fused_auto_us")
 
 
@@ -66,6 +69,7 @@ def run(
     from ddtree_core.kernels import topk, topk_radix
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    phase_rows = []
     methods = {"fused": topk.draft_topk, "radix": topk_radix.draft_topk, "radix-scan": topk_radix.group_maxima}
     rows = []
     for batch in batches:
@@ -91,8 +95,23 @@ def run(
                         return {"equal": ids and torch.allclose(got.log_probs, expected.log_probs, rtol=0, atol=1e-5)}
 
                     rows.append(tune_row(row, call, check, COLUMNS))
-    _write(out, rows)
+                if device == "cuda":
+                    cell = {"batch": batch, "vocab": vocab, "k": k}
+                    phase_rows += [cell | {"phase": name, "us": round(us, 2)} for name, us in phases(logits, k).items()]
+    _write(out, rows, phase_rows)
     return rows
+
+
+def phases(logits: torch.Tensor, k: int) -> dict[str, float]:
+    """The radix default's selection phases (topk_radix.select_phase_times) after two unstamped calls."""
+    from ddtree_core.kernels import topk_radix
+
+    rows = logits.numel() // logits.shape[-1]
+    clock = torch.zeros(rows, len(topk_radix.SELECT_PHASES) + 3, dtype=torch.int64, device=logits.device)
+    for stamps in (None, None, clock):
+        topk_radix.draft_topk(logits, k, 1.0, clock=stamps)
+    torch.cuda.synchronize()
+    return topk_radix.select_phase_times(clock)
 
 
 def group_max_keys(logits: torch.Tensor, k: int) -> torch.Tensor:
@@ -134,8 +153,13 @@ def best_rows(rows: list[dict]) -> list[dict]:
     return best
 
 
-def _write(out: Path, rows: list[dict]) -> None:
+def _write(out: Path, rows: list[dict], phase_rows: list[dict] = ()) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    if phase_rows:
+        with open(out / "phases.csv", "w", newline="") as stream:
+            writer = csv.DictWriter(stream, fieldnames=PHASE_COLUMNS)
+            writer.writeheader()
+            writer.writerows(phase_rows)
     with open(out / "cells.csv", "w", newline="") as stream:
         writer = csv.DictWriter(stream, fieldnames=COLUMNS)
         writer.writeheader()

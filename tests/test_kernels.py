@@ -185,6 +185,17 @@ def test_phase_times_from_stamps():
                                    "final.write": 0.02, "total": 0.1})  # fmt: skip
 
 
+def test_clock_phase_times():
+    """Three phases stamped at cycles 100, 130, 190, 200 by a program whose global timer spans 200 ns while
+    its cycle counter spans 100 cycles (2 ns a cycle)."""
+    from ddtree_core.kernels import clock
+
+    stamps = torch.tensor([[5000, 100, 130, 190, 200, 5200]])
+    assert clock.phase_times(stamps, ["a", "b", "c"]) == pytest.approx({"a": 0.06, "b": 0.12, "c": 0.02, "total": 0.2})
+    with pytest.raises(ValueError, match="slots"):
+        clock.phase_times(stamps, ["a", "b"])
+
+
 def test_build_rejects_a_clock_off_cuda_or_misshapen():
     from ddtree_core.kernels import tree_build
 

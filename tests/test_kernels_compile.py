@@ -53,11 +53,11 @@ def radix_topk(arch: int) -> None:
     select = compile_for(
         topk_radix._select_kernel, arch,
         {"logits_ptr": "*bf16", "group_ptr": "*i64", "stat_ptr": "*fp32", "cand_ptr": "*i64", "lp_out": "*fp32",
-         "ids_out": "*i64"},
+         "ids_out": "*i64", "clock_ptr": "*i64"},
         {"G": 32, "GATHER": 8192, "CP": 128, "GBLOCK": 8192, "CBLOCK": 512, "LOG_BINS": 8, "KP": 256,
-         "DIVIDE": False}, warps=8,
+         "DIVIDE": False, "PROFILE": True}, warps=8,
     )  # fmt: skip
-    assert select.asm["cubin"]
+    assert "%globaltimer" in select.asm["ptx"] and select.asm["cubin"]
 
 
 @pytest.mark.parametrize("arch", ARCHS)

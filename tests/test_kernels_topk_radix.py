@@ -109,6 +109,24 @@ def test_selection_block_and_digit_change_only_the_speed(kind, block, log_bins):
     assert_topk_equal(out, draft_topk(logits, 37, impl="reference"))
 
 
+def test_a_clock_must_be_an_int64_cuda_tensor_of_one_row_per_logits_row():
+    logits = torch.zeros(1, 2, 50, device=DEVICE)
+    for clock in (torch.zeros(2, 6, dtype=torch.int64, device=DEVICE), torch.zeros(2, 7, device=DEVICE)):
+        with pytest.raises(ValueError, match="clock"):
+            topk_radix.draft_topk(logits, 3, 1.0, clock=clock)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_profiled_selection_keeps_the_lists_and_stamps_every_phase():
+    logits = make_logits("bf16", (2, 16, 152064), torch.Generator().manual_seed(7)).bfloat16().cuda()
+    clock = torch.zeros(32, len(topk_radix.SELECT_PHASES) + 3, dtype=torch.int64, device="cuda")
+    assert_topk_equal(topk_radix.draft_topk(logits, 256, 1.0, clock=clock), draft_topk(logits, 256, impl="reference"))
+    times = topk_radix.select_phase_times(clock)
+    assert set(times) == {*topk_radix.SELECT_PHASES, "total"}
+    assert all(us >= 0 for us in times.values()) and 0 < times["total"] < 1e4
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="patches a jit function, which only the interpreter calls")
 def test_equal_rows_shrink_the_token_list():
     logits = radix_logits("equal", (1, 1, 3000), torch.Generator())

@@ -58,3 +58,12 @@ def test_best_ignores_unequal_or_failed_launches():
          "group": 32, "select_warps": "auto", "block": "auto", "log_bins": "auto", "us": 2.0, "auto_us": 4.0,
          "fused_auto_us": 5.0},
     ]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_phases_on_cuda(tmp_path):
+    topk_tune.run(tmp_path, batches=[1], vocabs=[3000], ks=[64], tiles=[], chunk_counts=[])
+    with open(tmp_path / "phases.csv") as stream:
+        phases = {r["phase"]: float(r["us"]) for r in csv.DictReader(stream)}
+    assert set(phases) == {"logsumexp", "groups", "gather", "rank", "total"} and phases["total"] > 0

@@ -56,6 +56,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ddtree_core.kernels.clock import check_clock, phase_times, stamp
 from ddtree_core.kernels.topk import (
     _FLT_MAX,
     _NINF_KEY,
@@ -72,6 +73,8 @@ from ddtree_core.kernels.topk import (
 )
 from ddtree_core.tree import DraftTopK
 
+SELECT_PHASES = ("logsumexp", "groups", "gather", "rank")  # kernel 2's phases, in stamp order
+_SELECT_SLOTS = tl.constexpr(len(SELECT_PHASES) + 3)  # the stamps of one row (clock.phase_times)
 MAX_K = 1024  # larger k takes the torch path (batched.draft_topk), which gives the same result
 _TILE = 2048  # default logits per tile of kernel 1
 _BLOCK = 1024  # at most this many tokens read back, or group entries held, per step of kernel 2
@@ -189,6 +192,7 @@ def _select_kernel(
     cand_ptr,  # [R, soft + GATHER] int64 scratch: the kept tokens' entries, in id order
     lp_out,  # [R, K] float32: log-probs, best first
     ids_out,  # [R, K] int64: token ids, best first
+    clock_ptr,  # [R, len(SELECT_PHASES) + 3] int64: phase stamps (written when PROFILE)
     G: tl.constexpr,  # tokens per group
     GATHER: tl.constexpr,  # tokens read back per step (a power of two)
     CP: tl.constexpr,  # next_pow2(chunks)
@@ -197,15 +201,21 @@ def _select_kernel(
     LOG_BINS: tl.constexpr,  # radix digit bits
     KP: tl.constexpr,  # next_pow2(K)
     DIVIDE: tl.constexpr,  # as for _scan_kernel
+    PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see SELECT_PHASES)
 ):
     row = tl.program_id(0)
+    clock_row = clock_ptr + row * _SELECT_SLOTS
+    stamp(clock_row, 0, PROFILE, True)
+    stamp(clock_row, 1, PROFILE)
     lse = _chunks_logsumexp(stat_ptr + row * chunks * 2, chunks, CP)
+    stamp(clock_row, 2, PROFILE)
     groups = group_ptr + row.to(tl.int64) * n_groups
     floor = row * 0 + _PAD_KEY  # with at most K groups every token is a candidate
     if n_groups > k:
         top, bottom, left = _select_top(groups, n_groups, k, GBLOCK, LOG_BINS)
         _, floor = _compact_top(groups, n_groups, top, bottom, left, groups, GBLOCK)  # floor = tau
         tl.debug_barrier()
+    stamp(clock_row, 3, PROFILE)
     total = tl.minimum(n_groups, k) * G  # tokens of the chosen groups
     src = logits_ptr + row.to(tl.int64) * row_stride
     cand = cand_ptr + row.to(tl.int64) * (soft + GATHER)
@@ -225,7 +235,10 @@ def _select_kernel(
             n, floor = _shrink(cand, n, k, floor, CBLOCK, LOG_BINS)
         b0 += GATHER
     tl.debug_barrier()
+    stamp(clock_row, 4, PROFILE)
     _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP)  # n <= soft: one block
+    stamp(clock_row, 5, PROFILE)
+    stamp(clock_row, 6, PROFILE, True)
 
 
 def draft_topk(
@@ -240,6 +253,7 @@ def draft_topk(
     select_warps: int | None = None,
     block: int | None = None,
     log_bins: int = 6,
+    clock: torch.Tensor | None = None,
 ) -> DraftTopK:
     """Top-k of `logits` [..., V] per row, equal to `tree.draft_topk(impl="reference")` (ids exactly).
 
@@ -249,6 +263,8 @@ def draft_topk(
     a block that holds all of a row's groups keeps them in registers across the radix passes); log_bins: the
     radix digit of kernel 2's selections (1..8 bits). They change
     only the speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph capturable.
+    clock: an int64 CUDA tensor [rows, len(SELECT_PHASES) + 3] that receives kernel 2's phase stamps, one
+    row per logits row (`select_phase_times` reads them; ddbench.topk_tune's phases.csv).
     """
     *lead, vocab = logits.shape
     check_k(k, vocab)
@@ -267,7 +283,9 @@ def draft_topk(
     if rows.shape[0] > 0:
         *plan, auto_select_warps = _plan(rows, k, tile, chunks, group)
         launch = (warps, select_warps or auto_select_warps, block or _BLOCK, log_bins)
-        _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids)
+        if clock is not None:
+            check_clock(clock, rows.shape[0], len(SELECT_PHASES) + 3)
+        _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, clock=clock)
     return DraftTopK(log_probs=log_probs.view(*lead, k), token_ids=token_ids.view(*lead, k))
 
 
@@ -307,7 +325,14 @@ def group_maxima(logits: torch.Tensor, k: int, draft_temperature: float) -> torc
     return _launch(rows, k, draft_temperature, plan, (4, 8, _BLOCK, 6), log_probs, token_ids, select=False)
 
 
-def _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, select=True) -> torch.Tensor:
+def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
+    """Mean microseconds per row of kernel 2's phases (SELECT_PHASES) and 'total', from a profiled call."""
+    return phase_times(clock, SELECT_PHASES)
+
+
+def _launch(
+    rows, k, draft_temperature, plan, launch, log_probs, token_ids, select=True, clock=None
+) -> torch.Tensor:
     tile, chunk_len, chunks, group = plan
     warps, select_warps, block, log_bins = launch
     num_rows, vocab = rows.shape
@@ -329,8 +354,9 @@ def _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, sele
         return groups
     _select_kernel[(num_rows,)](
         rows, rows.stride(0), vocab, scale, groups, n_groups, stats, chunks, k, soft, cand, log_probs, token_ids,
+        token_ids if clock is None else clock,
         G=group, GATHER=gather, CP=triton.next_power_of_2(chunks), GBLOCK=min(block, triton.next_power_of_2(n_groups)),
         CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins, KP=triton.next_power_of_2(k), DIVIDE=divide,
-        num_warps=select_warps,
+        PROFILE=clock is not None, num_warps=select_warps,
     )  # fmt: skip
     return groups
