@@ -9,7 +9,8 @@ draft logits (randn x scale, L = 16, the kernel benchmark's drafts), takes their
 times as CUDA-graph replays (CUDA events; host clock on a CPU) the default build and every launch of the
 grid: warps x HIST_BINS (the kept-key histogram behind the level bound), then each LOG_BINS (the radix
 selection's digit), QCH (entries per step of the rank compares) and CHUNK (candidates per block of the
-expand / select passes) alone, the rest at the default. Each tree is checked field by field against the default's.
+expand / select passes) alone, the rest at the default, and SORT_RANKS (levels and final nodes ordered by tl.sort
+instead of counted ranks; budgets up to 1024). Each tree is checked field by field against the default's.
 Then the default launch at smaller depth limits (--depths): the program stops after that many levels, so
 the differences split the build's time between its levels and its final selection (those trees are checked
 against the torch build at the same limit). Writes cells.csv (one row per launch) and best.csv (per cell:
@@ -33,19 +34,21 @@ import typer
 from ddbench.kernel_bench import parse_ints, tune_row
 
 LENGTH = 16
-KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK")  # tree_build.LAUNCH_KEYS, in column order
+KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS")  # tree_build.LAUNCH_KEYS, in column order
 COLUMNS = ("batch", "budget", "logit_scale", "max_depth", *KEYS, "us", "equal", "mean_depth", "note")
 PHASE_COLUMNS = ("batch", "budget", "logit_scale", "phase", "us")
 BEST_COLUMNS = ("batch", "budget", "logit_scale", *KEYS, "us", "default_us")
 
 
 def launches(
-    warps: list[int], hist_bins: list[int], log_bins: list[int], qch: list[int] = (), chunk: list[int] = ()
+    warps: list[int], hist_bins: list[int], log_bins: list[int], qch: list[int] = (), chunk: list[int] = (),
+    sort_ranks: bool = False,
 ) -> list[dict]:
-    """The default ({}) first, then warps x HIST_BINS, then each LOG_BINS, QCH and CHUNK alone."""
+    """The default ({}) first, then warps x HIST_BINS, then each LOG_BINS, QCH and CHUNK alone, then (sort_ranks)
+    the ranks by tl.sort."""
     grid = [{"num_warps": w, "HIST_BINS": h} for w in warps for h in hist_bins]
     alone = [{"LOG_BINS": b} for b in log_bins] + [{"QCH": q} for q in qch] + [{"CHUNK": c} for c in chunk]
-    return [{}] + grid + alone
+    return [{}] + grid + alone + ([{"SORT_RANKS": True}] if sort_ranks else [])
 
 
 def _same_tree(a, b) -> bool:
@@ -67,6 +70,7 @@ def run(
     depths: list[int] = (),
     qch: list[int] = (),
     chunk: list[int] = (),
+    sort_ranks: bool = False,
 ) -> list[dict]:
     from ddtree_core import tree as trees
     from ddtree_core.kernels import topk, tree_build
@@ -79,7 +83,8 @@ def run(
             logits = (torch.randn(batch, LENGTH, vocab, generator=generator, device=device) * scale).bfloat16()
             lists = topk.draft_topk(logits, min(budget, vocab), 1.0)
             expected = tree_build.build_tree_from_topk(lists, budget, LENGTH, budget)
-            plan = [(LENGTH, launch) for launch in launches(warps, hist_bins, log_bins, qch, chunk)]
+            grid = launches(warps, hist_bins, log_bins, qch, chunk, sort_ranks and budget <= 1024)
+            plan = [(LENGTH, launch) for launch in grid]
             plan += [(depth, {}) for depth in depths if 1 <= depth < LENGTH]
             for depth, launch in plan:
                 row = {"batch": batch, "budget": budget, "logit_scale": scale, "max_depth": depth}
@@ -175,6 +180,7 @@ def main(
     ] = "1,2,3,4,8",
     qch: Annotated[str, typer.Option(help="Rank-compare steps to try (powers of two).")] = "8,128",
     chunk: Annotated[str, typer.Option(help="Candidate blocks to try (powers of two).")] = "256,4096",
+    sort_ranks: Annotated[bool, typer.Option(help="Also try ranks by tl.sort (SORT_RANKS).")] = True,
 ) -> None:
     """Time every launch of the Triton tree build on the same lists; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
@@ -184,7 +190,7 @@ def main(
         qch, chunk = "2", "16"
     scale_list = [float(s) for s in scales.split(",") if s.strip()]
     lists = (list(parse_ints(t) or ()) for t in (warps, hist_bins, log_bins, depths, qch, chunk))
-    run(out, _cells(cells), scale_list, vocab, *lists)
+    run(out, _cells(cells), scale_list, vocab, *lists, sort_ranks=sort_ranks)
 
 
 if __name__ == "__main__":

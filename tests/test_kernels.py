@@ -140,7 +140,14 @@ def test_build_holding_the_chain_equals_reference():
 
 
 @pytest.mark.parametrize(
-    "launch", [{"HIST_BINS": 2}, {"HIST_BINS": 64, "LOG_BINS": 4}, {"num_warps": 1}, {"QCH": 2, "CHUNK": 16}]
+    "launch",
+    [
+        {"HIST_BINS": 2},
+        {"HIST_BINS": 64, "LOG_BINS": 4},
+        {"num_warps": 1},
+        {"QCH": 2, "CHUNK": 16},
+        {"SORT_RANKS": True},
+    ],
 )
 def test_build_launch_overrides_keep_the_trees(launch):
     """Launch overrides change the speed only: a 2-bucket histogram (the loosest bound, and its top bucket
@@ -169,6 +176,10 @@ def test_build_rejects_bad_launch():
         tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"HIST_BINS": 48})
     with pytest.raises(ValueError, match="QCH"):
         tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"QCH": 0})
+    with pytest.raises(ValueError, match="SORT_RANKS must be a bool"):
+        tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"SORT_RANKS": 1})
+    with pytest.raises(ValueError, match="SORT_RANKS needs N <= 1024"):
+        tree_build._launch_config(2048, 9000, False, {"SORT_RANKS": True})
 
 
 def test_phase_times_from_stamps():

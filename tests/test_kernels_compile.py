@@ -40,6 +40,8 @@ def profiled_build(arch: int) -> None:
     compiled = compile_for(tree_build._build_kernel, arch, pointers, launch | {"HOLD": 0, "PROFILE": True}, warps)
     ptx = compiled.asm["ptx"]
     assert "%globaltimer" in ptx and "%clock64" in ptx
+    sorting = compile_for(tree_build._build_kernel, arch, pointers, launch | {"HOLD": 1, "SORT_RANKS": True}, warps)
+    assert sorting.asm["cubin"]
 
 
 def radix_topk(arch: int) -> None:

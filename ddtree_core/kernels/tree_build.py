@@ -162,6 +162,13 @@ def _rank(key, low, src_key, src_low, n, PCH: tl.constexpr, QCH: tl.constexpr):
 
 
 @triton.jit
+def _sort_pairs(key, low):
+    """(key, low) [PCH] int32 >= 0 sorted ascending as pairs (tl.sort of key << 32 | low)."""
+    entry = tl.sort((key.to(tl.int64) << 32) | low.to(tl.int64))
+    return (entry >> 32).to(tl.int32), (entry & 0xFFFFFFFF).to(tl.int32)
+
+
+@triton.jit
 def _expand_level(
     lp_row, s_ll, s_lk, pairs_ptr, n_cand, d, b, held, bound, start_par, pool_score,
     cand_key, cand_pk, cand_score, CHUNK: tl.constexpr,
@@ -194,23 +201,33 @@ def _expand_level(
 @triton.jit
 def _append_level(
     src_key, src_pk, src_score, n, in_order, depth, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
+    lp_level, s_lk,
     PCH: tl.constexpr, QCH: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr,
+    SORT_RANKS: tl.constexpr,
 ):  # fmt: skip
     """Step 3: write the n kept candidates to pool[pool_n:] in level order; returns the histogram of
-    all kept keys with theirs added. in_order: the list is in level order already (no ranks)."""
+    all kept keys with theirs added. in_order: the list is in level order already (no ranks). SORT_RANKS
+    (n <= PCH): order the list by tl.sort of (key, pk) instead of counting ranks, and recompute each
+    score as the expand did (parent's score + lp_level[r]), since the sort carries no payload."""
     offs = tl.arange(0, PCH)
     p0 = n * 0
     while p0 < n:
         pm = p0 + offs < n
         key = tl.load(src_key + p0 + offs, mask=pm, other=_I32_MAX)
         pk = tl.load(src_pk + p0 + offs, mask=pm, other=0)
+        slot = pool_n + p0 + offs
         if in_order:
-            slot = pool_n + p0 + offs
+            score = tl.load(src_score + p0 + offs, mask=pm, other=0.0)
+        elif SORT_RANKS:
+            key, pk = _sort_pairs(key, tl.where(pm, pk, _I32_MAX))
+            parent_score = tl.load(pool_score + (pk >> 16), mask=pm, other=0.0)
+            score = parent_score + tl.load(lp_level + (pk & 0xFFFF) * s_lk, mask=pm, other=0.0)
         else:
             slot = pool_n + _rank(key, pk, src_key, src_pk, n, PCH, QCH)
+            score = tl.load(src_score + p0 + offs, mask=pm, other=0.0)
         tl.store(pool_key + slot, key, mask=pm)
         tl.store(pool_pk + slot, pk, mask=pm)
-        tl.store(pool_score + slot, tl.load(src_score + p0 + offs, mask=pm, other=0.0), mask=pm)
+        tl.store(pool_score + slot, score, mask=pm)
         tl.store(pool_depth + slot, pk * 0 + depth, mask=pm)
         hist += tl.histogram(key >> HIST_SHIFT, HIST_BINS, mask=pm)
         p0 += PCH
@@ -315,6 +332,7 @@ def _build_kernel(
     LOG_BINS: tl.constexpr,  # radix-selection digit bits
     HIST_BINS: tl.constexpr,  # buckets of the kept-key histogram (256: keys >> 23; 2048: keys >> 20)
     HIST_SHIFT: tl.constexpr,  # key bits below a bucket
+    SORT_RANKS: tl.constexpr = False,  # order levels and the final nodes by tl.sort, not rank counts (N <= PCH)
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -373,13 +391,13 @@ def _build_kernel(
             _stamp(clock_row, 3 + 4 * d, PROFILE)
             hist = _append_level(
                 comp_key, comp_pk, comp_score, n_kept, in_order, d + 1, pool_n, pool_key, pool_pk, pool_score,
-                pool_depth, hist, PCH, QCH, HIST_BINS, HIST_SHIFT,
+                pool_depth, hist, lp_row + d * s_ll, s_lk, PCH, QCH, HIST_BINS, HIST_SHIFT, SORT_RANKS,
             )  # fmt: skip
         else:
             _stamp(clock_row, 3 + 4 * d, PROFILE)
             hist = _append_level(
                 cand_key, cand_pk, cand_score, n_kept, in_order, d + 1, pool_n, pool_key, pool_pk, pool_score,
-                pool_depth, hist, PCH, QCH, HIST_BINS, HIST_SHIFT,
+                pool_depth, hist, lp_row + d * s_ll, s_lk, PCH, QCH, HIST_BINS, HIST_SHIFT, SORT_RANKS,
             )  # fmt: skip
         tl.debug_barrier()
         _stamp(clock_row, 4 + 4 * d, PROFILE)
@@ -409,7 +427,11 @@ def _build_kernel(
         pm = p0 + offs < n_nodes
         key = tl.load(comp_key + p0 + offs, mask=pm, other=_I32_MAX)
         idx = tl.load(cand_pk + p0 + offs, mask=pm, other=0)
-        rank = _rank(key, idx, comp_key, cand_pk, n_nodes, PCH, QCH)
+        if SORT_RANKS:  # n_nodes <= PCH: one block
+            key, idx = _sort_pairs(key, tl.where(pm, idx, _I32_MAX))
+            rank = p0 + offs
+        else:
+            rank = _rank(key, idx, comp_key, cand_pk, n_nodes, PCH, QCH)
         tl.store(node_of + idx, rank + 1, mask=pm)
         tl.store(inv + rank, idx, mask=pm)
         p0 += PCH
@@ -517,6 +539,7 @@ LAUNCH_KEYS = (
     "HIST_BINS",
     "QCH",
     "CHUNK",
+    "SORT_RANKS",
 )  # the overrides `build_tree_from_topk(launch=)` takes
 
 
@@ -533,6 +556,8 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
     pch = min(1024, max(16, triton.next_power_of_2(n)))
+    if launch.get("SORT_RANKS") and n > pch:
+        raise ValueError(f"SORT_RANKS needs N <= 1024 (one block of ranks), got N = {n}")
     return {
         "PER_REQUEST_BUDGET": per_request,
         "CHUNK": min(1024, max(16, triton.next_power_of_2(n_pairs))),
@@ -552,6 +577,8 @@ def _checked(launch: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
     limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384}
+    if not isinstance(launch.get("SORT_RANKS", False), bool):
+        raise ValueError(f"SORT_RANKS must be a bool, got {launch['SORT_RANKS']!r}")
     for key, most in limits.items():
         value = launch.get(key, 16)
         if value < 2 or value & (value - 1) or value > most:
