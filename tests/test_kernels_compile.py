@@ -60,6 +60,14 @@ def radix_topk(arch: int) -> None:
          "DIVIDE": False, "PROFILE": True}, warps=8,
     )  # fmt: skip
     assert "%globaltimer" in select.asm["ptx"] and select.asm["cubin"]
+    fused = compile_for(
+        topk_radix._one_launch_kernel, arch,
+        {"logits_ptr": "*bf16", "group_ptr": "*i64", "stat_ptr": "*fp32", "cand_ptr": "*i64", "lp_out": "*fp32",
+         "ids_out": "*i64", "clock_ptr": "*i64", "count_ptr": "*i32"},
+        {"TILE": 2048, "G": 32, "DIVIDE": False, "FAST": True, "GATHER": 1024, "CP": 128, "GBLOCK": 1024,
+         "CBLOCK": 512, "LOG_BINS": 6, "KP": 256, "FENCE": True}, warps=8,
+    )  # fmt: skip
+    assert "fence.acq_rel.gpu" in fused.asm["ptx"] and "atom" in fused.asm["ptx"]
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -109,6 +109,14 @@ def test_selection_block_and_digit_change_only_the_speed(kind, block, log_bins):
     assert_topk_equal(out, draft_topk(logits, 37, impl="reference"))
 
 
+@pytest.mark.parametrize("kind", ["bf16", "ties", "equal", "nan", "mostly_ninf"])
+def test_one_launch_equals_reference(kind):
+    """One launch: each row's last scan program runs the row's selection."""
+    logits = radix_logits(kind, (2, 3, 1500), torch.Generator().manual_seed(11)).to(DEVICE)
+    out = topk_radix.draft_topk(logits, 37, 0.8, group=8, tile=256, chunks=3, one_launch=True)
+    assert_topk_equal(out, draft_topk(logits, 37, draft_temperature=0.8, impl="reference"))
+
+
 def test_a_clock_must_be_an_int64_cuda_tensor_of_one_row_per_logits_row():
     logits = torch.zeros(1, 2, 50, device=DEVICE)
     for clock in (torch.zeros(2, 6, dtype=torch.int64, device=DEVICE), torch.zeros(2, 7, device=DEVICE)):
@@ -194,17 +202,20 @@ def test_benchmark_shapes_on_cuda(kind, batch, k, temperature):
     ref = draft_topk(logits, k, draft_temperature=temperature, impl="reference")
     assert_topk_equal(topk_radix.draft_topk(logits, k, temperature), ref)
     assert_topk_equal(topk_radix.draft_topk(logits, k, temperature, block=8192, log_bins=8), ref)
+    assert_topk_equal(topk_radix.draft_topk(logits, k, temperature, one_launch=True), ref)
 
 
 @pytest.mark.gpu
 @needs_cuda
-def test_captures_in_a_cuda_graph_without_syncs():
+@pytest.mark.parametrize("one_launch", [False, True])
+def test_captures_in_a_cuda_graph_without_syncs(one_launch):
     logits = make_logits("bf16", (4, 16, 32000), torch.Generator().manual_seed(3)).cuda()
-    graph, out = capture_cuda_graph(lambda: topk_radix.draft_topk(logits, 64, 1.0))
-    logits.copy_(make_logits("bf16", (4, 16, 32000), torch.Generator().manual_seed(4)).cuda())
-    graph.replay()
-    torch.cuda.synchronize()
-    assert_topk_equal(out, draft_topk(logits, 64, impl="reference"))
+    graph, out = capture_cuda_graph(lambda: topk_radix.draft_topk(logits, 64, 1.0, one_launch=one_launch))
+    for seed in (4, 5):  # replays: the one launch's row counters start from zero each time
+        logits.copy_(make_logits("bf16", (4, 16, 32000), torch.Generator().manual_seed(seed)).cuda())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_topk_equal(out, draft_topk(logits, 64, impl="reference"))
 
 
 def test_group_maxima_is_the_scan_of_draft_topk():

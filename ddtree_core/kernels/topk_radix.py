@@ -21,6 +21,9 @@ Kernel 2, one program per row:
     (topk._shrink, which raises the floor);
   - selects the K best of the list, merges the chunks' (max, exp-sum) pairs and writes the K winners
     best first (topk._write_ranked).
+One launch (`one_launch=True`, `_one_launch_kernel`): the scan programs count the chunks of their row done
+(an atomic per row, after a gpu-scope fence); the program that completes a row runs that row's kernel 2 at
+once, so selections overlap other rows' scans and the second launch's wait goes.
 G near sqrt(V / K) balances the two costs of kernel 2: V / G group keys to select from, K * G tokens to
 read back (G = 64 for V = 152064 and K = 64).
 
@@ -144,9 +147,19 @@ def _scan_kernel(
     DIVIDE: tl.constexpr,  # scale by division (torch on the CPU), else by the reciprocal (CUDA)
     FAST: tl.constexpr,  # exp by ex2.approx.ftz (CUDA), else tl.exp
 ):
+    _scan_chunk(
+        tl.program_id(0), tl.program_id(1), logits_ptr, row_stride, vocab, chunk_len, scale, group_ptr, n_groups,
+        stat_ptr, TILE, G, DIVIDE, FAST,
+    )  # fmt: skip
+
+
+@triton.jit
+def _scan_chunk(
+    row, chunk, logits_ptr, row_stride, vocab, chunk_len, scale, group_ptr, n_groups, stat_ptr,
+    TILE: tl.constexpr, G: tl.constexpr, DIVIDE: tl.constexpr, FAST: tl.constexpr,
+):  # fmt: skip
+    """Kernel 1's work for one (row, chunk): the chunk's group entries and its (max, exp-sum) pair."""
     GT: tl.constexpr = TILE // G
-    row = tl.program_id(0)
-    chunk = tl.program_id(1)
     start = chunk * chunk_len
     length = tl.minimum(chunk_len, vocab - start)
     src = logits_ptr + row.to(tl.int64) * row_stride + start
@@ -203,7 +216,19 @@ def _select_kernel(
     DIVIDE: tl.constexpr,  # as for _scan_kernel
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see SELECT_PHASES)
 ):
-    row = tl.program_id(0)
+    _select_row(
+        tl.program_id(0), logits_ptr, row_stride, vocab, scale, group_ptr, n_groups, stat_ptr, chunks, k, soft,
+        cand_ptr, lp_out, ids_out, clock_ptr, G, GATHER, CP, GBLOCK, CBLOCK, LOG_BINS, KP, DIVIDE, PROFILE,
+    )  # fmt: skip
+
+
+@triton.jit
+def _select_row(
+    row, logits_ptr, row_stride, vocab, scale, group_ptr, n_groups, stat_ptr, chunks, k, soft, cand_ptr, lp_out,
+    ids_out, clock_ptr, G: tl.constexpr, GATHER: tl.constexpr, CP: tl.constexpr, GBLOCK: tl.constexpr,
+    CBLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr, DIVIDE: tl.constexpr, PROFILE: tl.constexpr,
+):  # fmt: skip
+    """Kernel 2's work for one row (see the module docstring)."""
     clock_row = clock_ptr + row * _SELECT_SLOTS
     stamp(clock_row, 0, PROFILE, True)
     stamp(clock_row, 1, PROFILE)
@@ -241,6 +266,43 @@ def _select_kernel(
     stamp(clock_row, 6, PROFILE, True)
 
 
+@triton.jit
+def _fence(FENCE: tl.constexpr):
+    """fence.acq_rel.gpu in every thread (CUDA; the interpreter runs programs one by one and needs none)."""
+    if FENCE:
+        tl.inline_asm_elementwise("fence.acq_rel.gpu;\nmov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
+                                  pack=1)  # fmt: skip
+
+
+@triton.jit(do_not_specialize=["vocab", "n_groups", "chunks", "k", "soft"])
+def _one_launch_kernel(
+    logits_ptr, row_stride, vocab, chunk_len, scale, group_ptr, n_groups, stat_ptr, chunks, k, soft, cand_ptr,
+    lp_out, ids_out, clock_ptr,
+    count_ptr,  # [R] int32, zero: chunks of each row scanned so far
+    TILE: tl.constexpr, G: tl.constexpr, DIVIDE: tl.constexpr, FAST: tl.constexpr, GATHER: tl.constexpr,
+    CP: tl.constexpr, GBLOCK: tl.constexpr, CBLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr,
+    FENCE: tl.constexpr, PROFILE: tl.constexpr = False,
+):  # fmt: skip
+    """Both kernels in one launch: program (row, chunk) scans its chunk; the row's last chunk to finish
+    (a counter per row) runs the row's selection, so selections overlap other rows' scans instead of
+    waiting for a second launch. Every thread fences its stores before the count (release) and after it
+    (acquire), so the selecting program reads every chunk's entries."""
+    row = tl.program_id(0)
+    _scan_chunk(
+        row, tl.program_id(1), logits_ptr, row_stride, vocab, chunk_len, scale, group_ptr, n_groups, stat_ptr,
+        TILE, G, DIVIDE, FAST,
+    )  # fmt: skip
+    _fence(FENCE)
+    tl.debug_barrier()
+    scanned = tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu")
+    if scanned == chunks - 1:
+        _fence(FENCE)
+        _select_row(
+            row, logits_ptr, row_stride, vocab, scale, group_ptr, n_groups, stat_ptr, chunks, k, soft, cand_ptr,
+            lp_out, ids_out, clock_ptr, G, GATHER, CP, GBLOCK, CBLOCK, LOG_BINS, KP, DIVIDE, PROFILE,
+        )  # fmt: skip
+
+
 def draft_topk(
     logits: torch.Tensor,
     k: int,
@@ -253,6 +315,7 @@ def draft_topk(
     select_warps: int | None = None,
     block: int | None = None,
     log_bins: int = 6,
+    one_launch: bool = False,
     clock: torch.Tensor | None = None,
 ) -> DraftTopK:
     """Top-k of `logits` [..., V] per row, equal to `tree.draft_topk(impl="reference")` (ids exactly).
@@ -261,7 +324,8 @@ def draft_topk(
     of the scan; group: tokens per group (a power of two >= 2); warps / select_warps: per program of kernel
     1 / 2; block: the most group entries kernel 2 holds, or tokens it reads back, per step (a power of two;
     a block that holds all of a row's groups keeps them in registers across the radix passes); log_bins: the
-    radix digit of kernel 2's selections (1..8 bits). They change
+    radix digit of kernel 2's selections (1..8 bits); one_launch: both kernels in one launch (`_one_launch_kernel`: a
+    row's last scan program selects; select_warps warps per program). They change
     only the speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph capturable.
     clock: an int64 CUDA tensor [rows, len(SELECT_PHASES) + 3] that receives kernel 2's phase stamps, one
     row per logits row (`select_phase_times` reads them; ddbench.topk_tune's phases.csv).
@@ -285,7 +349,7 @@ def draft_topk(
         launch = (warps, select_warps or auto_select_warps, block or _BLOCK, log_bins)
         if clock is not None:
             check_clock(clock, rows.shape[0], len(SELECT_PHASES) + 3)
-        _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, clock=clock)
+        _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, clock=clock, one_launch=one_launch)
     return DraftTopK(log_probs=log_probs.view(*lead, k), token_ids=token_ids.view(*lead, k))
 
 
@@ -331,7 +395,7 @@ def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
 
 
 def _launch(
-    rows, k, draft_temperature, plan, launch, log_probs, token_ids, select=True, clock=None
+    rows, k, draft_temperature, plan, launch, log_probs, token_ids, select=True, clock=None, one_launch=False
 ) -> torch.Tensor:
     tile, chunk_len, chunks, group = plan
     warps, select_warps, block, log_bins = launch
@@ -346,6 +410,18 @@ def _launch(
     divide = device.type == "cpu"
     scale = float(np.float32(draft_temperature)) if divide else float(np.float32(1) / np.float32(draft_temperature))
     fast = not divide and not _interpreted()
+    selection = dict(
+        G=group, GATHER=gather, CP=triton.next_power_of_2(chunks), GBLOCK=min(block, triton.next_power_of_2(n_groups)),
+        CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins, KP=triton.next_power_of_2(k), DIVIDE=divide,
+        PROFILE=clock is not None, num_warps=select_warps,
+    )  # fmt: skip
+    if one_launch and select:
+        counts = torch.zeros(num_rows, dtype=torch.int32, device=device)
+        _one_launch_kernel[(num_rows, chunks)](
+            rows, rows.stride(0), vocab, chunk_len, scale, groups, n_groups, stats, chunks, k, soft, cand, log_probs,
+            token_ids, token_ids if clock is None else clock, counts, TILE=tile, FAST=fast, FENCE=fast, **selection,
+        )  # fmt: skip
+        return groups
     _scan_kernel[(num_rows, chunks)](
         rows, rows.stride(0), vocab, chunk_len, scale, groups, n_groups, stats,
         TILE=tile, G=group, DIVIDE=divide, FAST=fast, num_warps=warps,
@@ -354,9 +430,6 @@ def _launch(
         return groups
     _select_kernel[(num_rows,)](
         rows, rows.stride(0), vocab, scale, groups, n_groups, stats, chunks, k, soft, cand, log_probs, token_ids,
-        token_ids if clock is None else clock,
-        G=group, GATHER=gather, CP=triton.next_power_of_2(chunks), GBLOCK=min(block, triton.next_power_of_2(n_groups)),
-        CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins, KP=triton.next_power_of_2(k), DIVIDE=divide,
-        PROFILE=clock is not None, num_warps=select_warps,
+        token_ids if clock is None else clock, **selection,
     )  # fmt: skip
     return groups
