@@ -344,7 +344,8 @@ def test_kernel_bench_smoke(tmp_path):
     config = kernel_bench.smoke_config(DEVICE, seed=0)
     results = kernel_bench.run(config, tmp_path, echo=lambda line: None)
     rows = list(csv.DictReader(open(tmp_path / "cells.csv")))
-    assert len(rows) == len(results) == len(config.batches) * len(config.budgets) * len(config.vocabs) * 3
+    assert len(rows) == len(results) == len(config.batches) * len(config.budgets) * len(config.vocabs) * 4
+    assert {r.impl for r in results} == {"reference", "torch", "triton", kernel_bench.TRIAL}
     assert [r.note for r in results if r.note] == []
     for cell in {(r.batch, r.budget, r.vocab) for r in results}:
         shapes = {(r.mean_nodes, r.mean_depth) for r in results if (r.batch, r.budget, r.vocab) == cell}

@@ -44,7 +44,8 @@
 #               b15 (verify width 16, as DFLASH's block) and b128, 1 and 16 in flight
 #   gputests    pytest -m gpu (a minute; run it first: the new kernels have only run under the interpreter)
 #   kernels     the draft-side kernel benchmark (reference, torch, triton, or those in KERNEL_IMPLS, e.g.
-#               `KERNEL_IMPLS=triton bash results/sglang/h200.sh serve kernels`; and torch, triton on sharper,
+#               `KERNEL_IMPLS=triton,triton-trial bash results/sglang/h200.sh serve kernels`, triton-trial being the
+#               round with the launches under trial, kernel_bench.TRIAL_LAUNCHES; and torch, triton on sharper,
 #               chain-like drafts: --logit-scale 12), the top-K and the tree-build launch sweeps (with the build's
 #               per-phase times, phases.csv)
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
