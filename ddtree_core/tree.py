@@ -24,6 +24,9 @@ Ties, so that every implementation emits the same tree from the same top-K lists
 The liranringel heap breaks equal scores by the rank path alone and sums in float64; the two orders
 differ only between nodes at different depths (neither an ancestor of the other) or under different
 parents whose scores are equal to the last float32 bit.
+NaN: one NaN logit makes its position's logsumexp, so every log-prob of that position, NaN. Trees built
+from NaN log-probs are outside this contract (the implementations may build different trees); the walk
+still emits only the target's own tokens, so the output stays the target's.
 
 Holding the chain (`hold_chain=True`): the chain is the path of rank-0 tokens from the root, the block
 a DFlash drafter proposes, down to its last node of finite score (-inf log-probs mark depths a request
