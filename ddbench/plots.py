@@ -6,6 +6,8 @@
 - latency_cdf.png: CDF of request latency per method setting;
 - accept_histograms.png: the tau histogram per method setting;
 - depth_acceptance.png: P(accept depth d | reached d - 1) per method setting;
+  (these two are the drafter's and the tree's, not the load's: each shows only the lowest concurrency of
+  every setting and temperature, which keeps a large sweep's panels readable);
 - cost.png (`plot_cost`, a `ddbench cost` folder): verify time vs tree width per batch size, with floors.
 
 DDTree lines are drawn per (temperature, concurrency, depth limit, draft temperature, held chain) series.
@@ -111,8 +113,17 @@ def _throughput(ax, rows: Sequence[CellSummary]) -> bool:
     return bool(rated)
 
 
+def _lowest_concurrency(rows: Sequence[CellSummary]) -> list[CellSummary]:
+    """The rows at the lowest concurrency of their (setting, temperature, depth limit, draft temperature)."""
+    key = lambda row: (setting(row), row.temperature, row.max_depth, row.draft_temperature)  # noqa: E731
+    lowest: dict[tuple, int] = {}
+    for row in rows:
+        lowest[key(row)] = min(lowest.get(key(row), row.concurrency), row.concurrency)
+    return [row for row in rows if row.concurrency == lowest[key(row)]]
+
+
 def _histograms(ax, rows: Sequence[CellSummary]) -> bool:
-    shown = [row for row in rows if row.accept_histogram]
+    shown = _lowest_concurrency([row for row in rows if row.accept_histogram])
     width = 0.8 / max(len(shown), 1)
     for index, row in enumerate(shown):
         taus = np.arange(1, len(row.accept_histogram) + 1) + index * width - 0.4
@@ -124,7 +135,7 @@ def _histograms(ax, rows: Sequence[CellSummary]) -> bool:
 
 
 def _depth_curves(ax, rows: Sequence[CellSummary]) -> bool:
-    shown = [row for row in rows if any(value is not None for value in row.depth_acceptance)]
+    shown = _lowest_concurrency([row for row in rows if any(value is not None for value in row.depth_acceptance)])
     for row in shown:
         depths = [d + 1 for d, value in enumerate(row.depth_acceptance) if value is not None]
         values = [value for value in row.depth_acceptance if value is not None]
