@@ -4,6 +4,7 @@
   K best groups read back); twin of `tree.draft_topk(impl="reference")`: token ids equal, log-probs to the
   rounding of the logsumexp. The one `tree.draft_topk(impl="triton")` dispatches to: on an H200 it beat
   `topk` in every cell timed, 1.2x at one request and 3.4x at 64 (results/kernels/h200-2026-11-30/topk).
+  `one_launch=True` runs both of its kernels in one launch (a row's last scan program selects).
 - `topk.draft_topk`: the same lists in one read, a per-row list kept as the logits stream by; the
   alternative that `python -m ddbench.topk_tune` times beside `topk_radix`.
 - `tree_build.build_tree_from_topk`: the draft trees of a batch from their top-K lists
@@ -18,6 +19,9 @@
   `sglang.rounds.draft_block_inputs` / `verify_batch(impl="torch")`, equal).
 - `kv_move.move_path_kv`: the accepted path's KV rows into place in every buffer of a slot-row pool
   (equal to `kv.apply_plan` of the compaction plan).
+- `clock`: phase stamps inside a program (the SM's cycle counter, CUDA only) for the build and the top-K's
+  selection (`build_tree_from_topk(clock=)`, `topk_radix.draft_topk(clock=)`; ddbench's build_tune and
+  topk_tune write them as phases.csv).
 
 Importing `ddtree_core` never imports this package; the dispatch in `ops` reaches it only for
 impl="triton". On a machine without a GPU the kernels run under TRITON_INTERPRET=1.
