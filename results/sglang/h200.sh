@@ -35,6 +35,8 @@
 #   campaign    configs/testbed-h200-campaign.toml (budgets 15..1023, one server each; T = 0 and 1; 1..32 in
 #               flight), resuming after the cells committed in results/sglang/campaign-h200 (commit the run
 #               folder there); campaign-x2: the same with a server on each of GPUs 0 and 1
+#   campaign-check  (nvidia-h200-x2) AR, DFLASH, b127 and b255 of the campaign's config again in one session, both
+#               GPUs: same-session baselines for the campaign's tokens/s
 #   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature x holding the chain, budget 63)
 #   rounds      DFLASH and DDTree b15 / b128 (eager, and folded: SGLANG_DDTREE_DRAFT_GRAPH=1), b15 and b31 holding
 #               the chain (SGLANG_DDTREE_HOLD_CHAIN=1; b15 held is DFLASH's tree), 4 bursts at 1 and 16 in flight;
@@ -246,6 +248,9 @@ sweeps)
         sweep campaign --config testbed-h200-campaign ;;
       campaign-x2)  # the same on both GPUs: two servers side by side (a session of its own)
         GPUS=0,1 sweep campaign --config testbed-h200-campaign ;;
+      campaign-check)  # AR, DFLASH and the campaign's best budgets (127, 255) again, side by side in one session on
+        # GPUs 0 and 1, so the tokens/s of the two campaign sessions can be compared with a same-session run
+        GPUS=0,1 sweep campaign-check --config testbed-h200-campaign --budgets 127,255 ;;
       knobs)
         sweep knobs --config testbed-h200-knobs ;;
       gputests)
