@@ -6,15 +6,15 @@ and the group-maxima kernel (topk_radix.py), on the same cells.
 
 The launch parameters change only the speed. Fused `draft_topk(tile=, chunks=, warps=)`: tile is the logits one
 program scans per step, chunks the vocabulary slices per row (more programs, then a merge kernel), warps those of
-one scan program. Radix `draft_topk(tile=, chunks=, warps=, group=, select_warps=, block=, log_bins=,
-one_launch=)`: the same
-three for its scan, group the tokens per group maximum, select_warps those of its per-row selection program,
-block and log_bins the step size and radix digit of that program (a block that holds all groups keeps them in
-registers), one_launch both kernels in one launch (a row's last scan program selects).
+one scan program. Radix `draft_topk(tile=, chunks=, warps=, group=, select_warps=, block=, gather=, log_bins=,
+one_launch=)`: the same three for its scan, group the tokens per group maximum, select_warps those of its per-row
+selection program, block and log_bins the step size and radix digit of that program (a block that holds all
+groups keeps them in registers), gather its read-back step alone, one_launch both kernels in one launch (a row's
+last scan program selects).
 For every (batch, vocab, K) cell it times, as CUDA-graph replays (CUDA events; host clock on a CPU): the fused
 default ("auto") and every (tile, chunks, warps) launch, then the radix default, every radix (tile, chunks,
 warps) launch with the default group, every (group, select_warps) and every (block, log_bins) launch with the
-default scan, the one-launch form with each select_warps; and "radix-scan",
+default scan, every gather, the one-launch form with each select_warps; and "radix-scan",
 the radix default's first kernel alone (its group maxima checked against torch's), which splits the radix
 time between the scan and the per-row selection. Each
 launch's lists are checked against the fused default's (ids exactly, log-probs within 1e-5: the logsumexps sum
@@ -39,17 +39,20 @@ import typer
 from ddbench.kernel_bench import parse_ints, tune_row
 
 LENGTH = 16
-PARAMS = ("tile", "chunks", "warps", "group", "select_warps", "block", "log_bins", "one_launch")
+PARAMS = ("tile", "chunks", "warps", "group", "select_warps", "block", "gather", "log_bins", "one_launch")
 COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "equal", "note")
 PHASE_COLUMNS = ("batch", "vocab", "k", "phase", "us")
 BEST_COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "auto_us", "fused_auto_us")
 
 
-def launches(tiles, chunk_counts, warp_counts, groups, select_warps, blocks=(), log_bins=()) -> list[tuple[str, dict]]:
+def launches(
+    tiles, chunk_counts, warp_counts, groups, select_warps, blocks=(), log_bins=(), gathers=()
+) -> list[tuple[str, dict]]:
     """(method, keyword arguments) of every launch of a cell, each method's default ({}) first."""
     scan = [{"tile": t, "chunks": c, "warps": w} for t in tiles for c in chunk_counts for w in warp_counts]
     select = [{"group": g, "select_warps": w} for g in groups for w in select_warps]
     select += [{"block": b, "log_bins": n} for b in blocks for n in log_bins]
+    select += [{"gather": g} for g in gathers]
     select += [{"one_launch": True}] + [{"one_launch": True, "select_warps": w} for w in select_warps]
     return ([("fused", {})] + [("fused", kw) for kw in scan] + [("radix", {}), ("radix-scan", {})]
             + [("radix", kw) for kw in scan + select])  # fmt: skip
@@ -67,6 +70,7 @@ def run(
     select_warps: list[int] = (),
     blocks: list[int] = (),
     log_bins: list[int] = (),
+    gathers: list[int] = (),
 ) -> list[dict]:
     from ddtree_core.kernels import topk, topk_radix
 
@@ -79,7 +83,7 @@ def run(
             logits = torch.randn(batch, LENGTH, vocab, device=device, generator=None).bfloat16() * 4
             for k in ks:
                 expected = topk.draft_topk(logits, k, 1.0)
-                grid = launches(tiles, chunk_counts, warp_counts, groups, select_warps, blocks, log_bins)
+                grid = launches(tiles, chunk_counts, warp_counts, groups, select_warps, blocks, log_bins, gathers)
                 for method, kwargs in grid:
                     fn = methods[method]
                     applies = PARAMS if method.startswith("radix") else PARAMS[:3]
@@ -188,13 +192,16 @@ def main(
         str, typer.Option(help="Group entries / read-back tokens per step of the radix selection to try.")
     ] = "1024,4096,8192",
     log_bins: Annotated[str, typer.Option(help="Radix digit bits of the radix selection to try.")] = "6,8",
+    gathers: Annotated[
+        str, typer.Option(help="Read-back tokens per step of the radix selection to try (groups' block: default).")
+    ] = "2048,4096,8192",
 ) -> None:
     """Time every launch of the fused and the radix top-K on the same cells; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    texts = (batches, vocabs, ks, tiles, chunks, warps, groups, select_warps, blocks, log_bins)
+    texts = (batches, vocabs, ks, tiles, chunks, warps, groups, select_warps, blocks, log_bins, gathers)
     if smoke:
-        texts = ("1,2", "300", "4", "64,128", "1,2", "4", "8", "4", "64", "8")
+        texts = ("1,2", "300", "4", "64,128", "1,2", "4", "8", "4", "64", "8", "32")
     run(out, *(list(parse_ints(text) or ()) for text in texts))  # "" tries none (--groups "")
 
 

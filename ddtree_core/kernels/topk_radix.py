@@ -314,6 +314,7 @@ def draft_topk(
     warps: int = 4,
     select_warps: int | None = None,
     block: int | None = None,
+    gather: int | None = None,
     log_bins: int = 6,
     one_launch: bool = False,
     clock: torch.Tensor | None = None,
@@ -323,7 +324,8 @@ def draft_topk(
     tile: logits per tile of the scan (a power of two, at least `group`); chunks: vocabulary chunks per row
     of the scan; group: tokens per group (a power of two >= 2); warps / select_warps: per program of kernel
     1 / 2; block: the most group entries kernel 2 holds, or tokens it reads back, per step (a power of two;
-    a block that holds all of a row's groups keeps them in registers across the radix passes); log_bins: the
+    a block that holds all of a row's groups keeps them in registers across the radix passes); gather: the
+    tokens read back per step alone (a power of two; default: block); log_bins: the
     radix digit of kernel 2's selections (1..8 bits); one_launch: both kernels in one launch (`_one_launch_kernel`: a
     row's last scan program selects; select_warps warps per program). They change
     only the speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph capturable.
@@ -332,7 +334,7 @@ def draft_topk(
     """
     *lead, vocab = logits.shape
     check_k(k, vocab)
-    for name, value in (("tile", tile), ("group", group), ("block", block)):
+    for name, value in (("tile", tile), ("group", group), ("block", block), ("gather", gather)):
         if value is not None and (value < 2 or value & (value - 1)):
             raise ValueError(f"{name} must be a power of two >= 2, got {value}")
     if not 1 <= log_bins <= 8:
@@ -346,7 +348,7 @@ def draft_topk(
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     if rows.shape[0] > 0:
         *plan, auto_select_warps = _plan(rows, k, tile, chunks, group)
-        launch = (warps, select_warps or auto_select_warps, block or _BLOCK, log_bins)
+        launch = (warps, select_warps or auto_select_warps, block or _BLOCK, gather or block or _BLOCK, log_bins)
         if clock is not None:
             check_clock(clock, rows.shape[0], len(SELECT_PHASES) + 3)
         _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, clock=clock, one_launch=one_launch)
@@ -386,7 +388,7 @@ def group_maxima(logits: torch.Tensor, k: int, draft_temperature: float) -> torc
     check_k(k, vocab)
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     *plan, _ = _plan(rows, k, None, None, None)
-    return _launch(rows, k, draft_temperature, plan, (4, 8, _BLOCK, 6), log_probs, token_ids, select=False)
+    return _launch(rows, k, draft_temperature, plan, (4, 8, _BLOCK, _BLOCK, 6), log_probs, token_ids, select=False)
 
 
 def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
@@ -398,12 +400,12 @@ def _launch(
     rows, k, draft_temperature, plan, launch, log_probs, token_ids, select=True, clock=None, one_launch=False
 ) -> torch.Tensor:
     tile, chunk_len, chunks, group = plan
-    warps, select_warps, block, log_bins = launch
+    warps, select_warps, block, gather, log_bins = launch
     num_rows, vocab = rows.shape
     device = rows.device
     n_groups = triton.cdiv(vocab, group)
     soft = max(2 * k, 256)
-    gather = min(block, triton.next_power_of_2(min(k, n_groups) * group))
+    gather = min(gather, triton.next_power_of_2(min(k, n_groups) * group))
     groups = torch.empty((num_rows, n_groups), dtype=torch.int64, device=device)
     stats = torch.empty((num_rows, chunks, 2), dtype=torch.float32, device=device)
     cand = torch.empty((num_rows, soft + gather), dtype=torch.int64, device=device)
