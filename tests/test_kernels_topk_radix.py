@@ -109,6 +109,13 @@ def test_selection_block_and_digit_change_only_the_speed(kind, block, log_bins):
     assert_topk_equal(out, draft_topk(logits, 37, impl="reference"))
 
 
+@pytest.mark.parametrize("k", [37, 200])
+def test_ranks_by_compares_equal_ranks_by_sort(k):
+    logits = radix_logits("ties", (1, 2, 1500), torch.Generator().manual_seed(k)).to(DEVICE)
+    out = topk_radix.draft_topk(logits, k, 1.0, group=8, tile=256, chunks=2, compare_ranks=True)
+    assert_topk_equal(out, draft_topk(logits, k, impl="reference"))
+
+
 @pytest.mark.parametrize("gather", [8, 64, 4096])
 def test_read_back_step_changes_only_the_speed(gather):
     logits = radix_logits("ties", (1, 2, 1500), torch.Generator().manual_seed(gather)).to(DEVICE)

@@ -215,10 +215,12 @@ def _select_kernel(
     KP: tl.constexpr,  # next_pow2(K)
     DIVIDE: tl.constexpr,  # as for _scan_kernel
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see SELECT_PHASES)
+    COMPARE_MAX: tl.constexpr = 64,  # rank the K winners by all-pairs compares up to this K, else by tl.sort
 ):
     _select_row(
         tl.program_id(0), logits_ptr, row_stride, vocab, scale, group_ptr, n_groups, stat_ptr, chunks, k, soft,
         cand_ptr, lp_out, ids_out, clock_ptr, G, GATHER, CP, GBLOCK, CBLOCK, LOG_BINS, KP, DIVIDE, PROFILE,
+        COMPARE_MAX,
     )  # fmt: skip
 
 
@@ -227,6 +229,7 @@ def _select_row(
     row, logits_ptr, row_stride, vocab, scale, group_ptr, n_groups, stat_ptr, chunks, k, soft, cand_ptr, lp_out,
     ids_out, clock_ptr, G: tl.constexpr, GATHER: tl.constexpr, CP: tl.constexpr, GBLOCK: tl.constexpr,
     CBLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr, DIVIDE: tl.constexpr, PROFILE: tl.constexpr,
+    COMPARE_MAX: tl.constexpr,
 ):  # fmt: skip
     """Kernel 2's work for one row (see the module docstring)."""
     clock_row = clock_ptr + row * _SELECT_SLOTS
@@ -261,7 +264,7 @@ def _select_row(
         b0 += GATHER
     tl.debug_barrier()
     stamp(clock_row, 4, PROFILE)
-    _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP)  # n <= soft: one block
+    _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP, COMPARE_MAX)  # one block
     stamp(clock_row, 5, PROFILE)
     stamp(clock_row, 6, PROFILE, True)
 
@@ -281,7 +284,7 @@ def _one_launch_kernel(
     count_ptr,  # [R] int32, zero: chunks of each row scanned so far
     TILE: tl.constexpr, G: tl.constexpr, DIVIDE: tl.constexpr, FAST: tl.constexpr, GATHER: tl.constexpr,
     CP: tl.constexpr, GBLOCK: tl.constexpr, CBLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr,
-    FENCE: tl.constexpr, PROFILE: tl.constexpr = False,
+    FENCE: tl.constexpr, PROFILE: tl.constexpr = False, COMPARE_MAX: tl.constexpr = 64,
 ):  # fmt: skip
     """Both kernels in one launch: program (row, chunk) scans its chunk; the row's last chunk to finish
     (a counter per row) runs the row's selection, so selections overlap other rows' scans instead of
@@ -299,7 +302,7 @@ def _one_launch_kernel(
         _fence(FENCE)
         _select_row(
             row, logits_ptr, row_stride, vocab, scale, group_ptr, n_groups, stat_ptr, chunks, k, soft, cand_ptr,
-            lp_out, ids_out, clock_ptr, G, GATHER, CP, GBLOCK, CBLOCK, LOG_BINS, KP, DIVIDE, PROFILE,
+            lp_out, ids_out, clock_ptr, G, GATHER, CP, GBLOCK, CBLOCK, LOG_BINS, KP, DIVIDE, PROFILE, COMPARE_MAX,
         )  # fmt: skip
 
 
@@ -316,6 +319,7 @@ def draft_topk(
     block: int | None = None,
     gather: int | None = None,
     log_bins: int = 6,
+    compare_ranks: bool = False,
     one_launch: bool = False,
     clock: torch.Tensor | None = None,
 ) -> DraftTopK:
@@ -325,7 +329,8 @@ def draft_topk(
     of the scan; group: tokens per group (a power of two >= 2); warps / select_warps: per program of kernel
     1 / 2; block: the most group entries kernel 2 holds, or tokens it reads back, per step (a power of two;
     a block that holds all of a row's groups keeps them in registers across the radix passes); gather: the
-    tokens read back per step alone (a power of two; default: block); log_bins: the
+    tokens read back per step alone (a power of two; default: block); compare_ranks: order the K winners by
+    all-pairs compares up to K = 256 (else tl.sort above K = 64); log_bins: the
     radix digit of kernel 2's selections (1..8 bits); one_launch: both kernels in one launch (`_one_launch_kernel`: a
     row's last scan program selects; select_warps warps per program). They change
     only the speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph capturable.
@@ -348,7 +353,8 @@ def draft_topk(
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     if rows.shape[0] > 0:
         *plan, auto_select_warps = _plan(rows, k, tile, chunks, group)
-        launch = (warps, select_warps or auto_select_warps, block or _BLOCK, gather or block or _BLOCK, log_bins)
+        launch = (warps, select_warps or auto_select_warps, block or _BLOCK, gather or block or _BLOCK, log_bins,
+                  256 if compare_ranks else 64)  # fmt: skip
         if clock is not None:
             check_clock(clock, rows.shape[0], len(SELECT_PHASES) + 3)
         _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, clock=clock, one_launch=one_launch)
@@ -388,7 +394,7 @@ def group_maxima(logits: torch.Tensor, k: int, draft_temperature: float) -> torc
     check_k(k, vocab)
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     *plan, _ = _plan(rows, k, None, None, None)
-    return _launch(rows, k, draft_temperature, plan, (4, 8, _BLOCK, _BLOCK, 6), log_probs, token_ids, select=False)
+    return _launch(rows, k, draft_temperature, plan, (4, 8, _BLOCK, _BLOCK, 6, 64), log_probs, token_ids, select=False)
 
 
 def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
@@ -400,7 +406,7 @@ def _launch(
     rows, k, draft_temperature, plan, launch, log_probs, token_ids, select=True, clock=None, one_launch=False
 ) -> torch.Tensor:
     tile, chunk_len, chunks, group = plan
-    warps, select_warps, block, gather, log_bins = launch
+    warps, select_warps, block, gather, log_bins, compare_max = launch
     num_rows, vocab = rows.shape
     device = rows.device
     n_groups = triton.cdiv(vocab, group)
@@ -415,7 +421,7 @@ def _launch(
     selection = dict(
         G=group, GATHER=gather, CP=triton.next_power_of_2(chunks), GBLOCK=min(block, triton.next_power_of_2(n_groups)),
         CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins, KP=triton.next_power_of_2(k), DIVIDE=divide,
-        PROFILE=clock is not None, num_warps=select_warps,
+        PROFILE=clock is not None, COMPARE_MAX=compare_max, num_warps=select_warps,
     )  # fmt: skip
     if one_launch and select:
         counts = torch.zeros(num_rows, dtype=torch.int32, device=device)
