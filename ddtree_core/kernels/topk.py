@@ -44,6 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ddtree_core.kernels.radix import pick_digit
 from ddtree_core.tree import DraftTopK
 
 MAX_K = 1024  # larger k takes the torch path (batched.draft_topk), which gives the same result
@@ -130,7 +131,6 @@ def _select_top(entry_ptr, n, need, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr)
     width = _bit_length((top - lo.to(tl.int64)) >> zeros)
     base = top * 0
     left = need
-    bins = tl.arange(0, BINS)
     searching = n > need
     while searching:
         shift = tl.maximum(width - LOG_BINS, 0)
@@ -140,9 +140,8 @@ def _select_top(entry_ptr, n, need, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr)
             key = (tl.load(entry_ptr + b0 + offs, mask=b0 + offs < n, other=0) >> 32).to(tl.int32)
             hist += _block_hist(key, b0 + offs < n, top, zeros, base, width, shift, BINS)
             b0 += BLOCK
-        chosen = tl.sum((tl.cumsum(hist, 0) < left).to(tl.int32), 0)
-        left -= tl.sum(tl.where(bins < chosen, hist, 0), 0)
-        in_chosen = tl.sum(tl.where(bins == chosen, hist, 0), 0)
+        chosen, below, in_chosen = pick_digit(hist, left, BINS)
+        left -= below
         base += chosen.to(tl.int64) << shift
         width = shift
         searching = (in_chosen != left) & (shift > 0)
@@ -194,13 +193,12 @@ def _group_floor(key, need, TILE: tl.constexpr, G: tl.constexpr, LOG_BINS: tl.co
     width = _bit_length(hi - tl.min(gmax, 0))
     base = hi * 0
     left = need
-    bins = tl.arange(0, BINS)
     for _ in tl.static_range(3):
         shift = tl.maximum(width - LOG_BINS, 0)
         rel = hi - gmax - base
         hist = tl.histogram((rel >> shift).to(tl.int32), BINS, mask=(rel >= 0) & ((rel >> width) == 0))
-        chosen = tl.sum((tl.cumsum(hist, 0) < left).to(tl.int32), 0)
-        left -= tl.sum(tl.where(bins < chosen, hist, 0), 0)
+        chosen, below, _ = pick_digit(hist, left, BINS)
+        left -= below
         base += chosen.to(tl.int64) << shift
         width = shift
     return tl.maximum(hi - base - (base * 0 + 1 << width) + 1, _NAN_KEY).to(tl.int32)

@@ -47,6 +47,7 @@ import triton.language as tl
 
 from ddtree_core.kernels.clock import check_clock
 from ddtree_core.kernels.clock import stamp as _stamp
+from ddtree_core.kernels.radix import pick_digit
 from ddtree_core.tree import TRITON_NODE_LIMIT, DraftTopK, DraftTree
 
 _I32_MAX = tl.constexpr(2147483647)
@@ -86,7 +87,6 @@ def _select_bucket(key_ptr, n, need, CHUNK: tl.constexpr, LOG_BINS: tl.constexpr
         lo = tl.minimum(lo, tl.min(tl.where(m, key, _I32_MAX), 0))
         hi = tl.maximum(hi, tl.max(tl.where(m, key, 0), 0))
         c0 += CHUNK
-    bins = tl.arange(0, BINS)
     base = lo
     width = _bit_length(hi - lo)  # the bucket [base, base + 2**width) holds every key
     left = need
@@ -101,10 +101,8 @@ def _select_bucket(key_ptr, n, need, CHUNK: tl.constexpr, LOG_BINS: tl.constexpr
             inside = m & (rel >= 0) & ((rel >> width) == 0)
             hist += tl.histogram(rel >> shift, BINS, mask=inside)
             c0 += CHUNK
-        cum = tl.cumsum(hist, 0)
-        chosen = tl.sum((cum < left).to(tl.int32), 0)
-        left -= tl.sum(tl.where(bins < chosen, hist, 0), 0)
-        in_chosen = tl.sum(tl.where(bins == chosen, hist, 0), 0)
+        chosen, below, in_chosen = pick_digit(hist, left, BINS)
+        left -= below
         base += chosen << shift
         width = shift
         searching = (in_chosen != left) & (shift > 0)
