@@ -7,7 +7,7 @@ import torch
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from ddtree_core.kernels.radix import pick_digit  # noqa: E402
+from ddtree_core.kernels.radix import max_min_min, min_max, pick_digit  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -38,3 +38,24 @@ def test_pick_digit_matches_the_running_counts(seed):
         _pick_kernel[(1,)](torch.tensor(hist, dtype=torch.int32, device=DEVICE),
                            torch.tensor([left], dtype=torch.int32, device=DEVICE), out, BINS=16)  # fmt: skip
         assert tuple(out.tolist()) == expected(hist, left), (hist, left)
+
+
+@triton.jit
+def _bounds_kernel(x_ptr, n, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m, other=0)
+    lo, hi = min_max(tl.where(m, x, 2147483647), tl.where(m, x, -2147483648))
+    a, b, c = max_min_min(tl.where(m, x, -2147483648), tl.where(m, x, 2147483647), tl.where(m, x * 2, 2147483647))
+    tl.store(out_ptr, lo)
+    tl.store(out_ptr + 1, hi)
+    tl.store(out_ptr + 2, a)
+    tl.store(out_ptr + 3, b)
+    tl.store(out_ptr + 4, c)
+
+
+def test_bounds_in_one_reduction():
+    x = torch.tensor([5, -3, 9, 0, 7], dtype=torch.int32, device=DEVICE)
+    out = torch.zeros(5, dtype=torch.int32, device=DEVICE)
+    _bounds_kernel[(1,)](x, 5, out, BLOCK=8)
+    assert out.tolist() == [-3, 9, 9, -3, -6]

@@ -1,5 +1,6 @@
-"""One digit of a radix selection, shared by the top-K and the tree build: from a pass's histogram, the
-bucket that holds the `left`-th smallest key, in one block reduction instead of three."""
+"""Block reductions of the radix selections shared by the top-K and the tree build, each one pass where
+separate tl.sum / tl.min / tl.max calls would take one barrier each: a digit from a pass's histogram (the
+bucket that holds the `left`-th smallest key), and the bounds of a block of keys."""
 
 from __future__ import annotations
 
@@ -27,3 +28,25 @@ def pick_digit(hist, left, BINS: tl.constexpr):
         (under.to(tl.int32), tl.where(under, cum, 0), tl.where(under, _I32_MAX, cum)), 0, _count_max_min
     )
     return chosen, below, tl.where(chosen < BINS, upto - below, 0)
+
+
+@triton.jit
+def _min_max(a0, b0, a1, b1):
+    return tl.minimum(a0, a1), tl.maximum(b0, b1)
+
+
+@triton.jit
+def _max_min_min(a0, b0, c0, a1, b1, c1):
+    return tl.maximum(a0, a1), tl.minimum(b0, b1), tl.minimum(c0, c1)
+
+
+@triton.jit
+def min_max(a, b):
+    """(min a, max b) of a block in one reduction."""
+    return tl.reduce((a, b), 0, _min_max)
+
+
+@triton.jit
+def max_min_min(a, b, c):
+    """(max a, min b, min c) of a block in one reduction."""
+    return tl.reduce((a, b, c), 0, _max_min_min)

@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ddtree_core.kernels.radix import pick_digit
+from ddtree_core.kernels.radix import max_min_min, pick_digit
 from ddtree_core.tree import DraftTopK
 
 MAX_K = 1024  # larger k takes the torch path (batched.draft_topk), which gives the same result
@@ -89,10 +89,10 @@ def _bit_length(x):
 @triton.jit
 def _block_bounds(key, valid, first, hi, lo, lowest):
     """Fold a block of keys into (max, min, lowest set bit of any key ^ first)."""
-    hi = tl.maximum(hi, tl.max(tl.where(valid, key, first), 0))
-    lo = tl.minimum(lo, tl.min(tl.where(valid, key, first), 0))
     diff = (key ^ first).to(tl.int64) & 0xFFFFFFFF
-    return hi, lo, tl.minimum(lowest, tl.min(tl.where(valid & (diff > 0), diff & -diff, 4294967296), 0))
+    kept = tl.where(valid, key, first)
+    block_hi, block_lo, block_lowest = max_min_min(kept, kept, tl.where(valid & (diff > 0), diff & -diff, 4294967296))
+    return tl.maximum(hi, block_hi), tl.minimum(lo, block_lo), tl.minimum(lowest, block_lowest)
 
 
 @triton.jit

@@ -47,7 +47,7 @@ import triton.language as tl
 
 from ddtree_core.kernels.clock import check_clock
 from ddtree_core.kernels.clock import stamp as _stamp
-from ddtree_core.kernels.radix import pick_digit
+from ddtree_core.kernels.radix import min_max, pick_digit
 from ddtree_core.tree import TRITON_NODE_LIMIT, DraftTopK, DraftTree
 
 _I32_MAX = tl.constexpr(2147483647)
@@ -84,8 +84,9 @@ def _select_bucket(key_ptr, n, need, CHUNK: tl.constexpr, LOG_BINS: tl.constexpr
     while c0 < n:
         m = c0 + offs < n
         key = tl.load(key_ptr + c0 + offs, mask=m, other=0)
-        lo = tl.minimum(lo, tl.min(tl.where(m, key, _I32_MAX), 0))
-        hi = tl.maximum(hi, tl.max(tl.where(m, key, 0), 0))
+        block_lo, block_hi = min_max(tl.where(m, key, _I32_MAX), tl.where(m, key, 0))
+        lo = tl.minimum(lo, block_lo)
+        hi = tl.maximum(hi, block_hi)
         c0 += CHUNK
     base = lo
     width = _bit_length(hi - lo)  # the bucket [base, base + 2**width) holds every key
