@@ -17,12 +17,15 @@ ARCHS = [90, 100]  # H100 / H200, B200 / RTX PRO 6000 class (sm_120 shares ptxas
 
 def compile_for(kernel, arch: int, pointers: dict[str, str], constexprs: dict, warps: int = 4):
     """triton.compile of `kernel` for sm_`arch`: pointers maps pointer parameters to Triton types, the
-    constexprs their values, every other parameter is an int32 scalar."""
+    constexprs their values (parameters with defaults keep them), every other parameter is an int32 scalar."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    names = list(inspect.signature(kernel.fn).parameters)
+    parameters = inspect.signature(kernel.fn).parameters
+    names = list(parameters)
+    defaults = {n: p.default for n, p in parameters.items() if p.default is not inspect.Parameter.empty}
+    constexprs = {n: v for n, v in defaults.items() if n not in pointers} | constexprs  # as a launch leaves them
     signature = {n: pointers.get(n, "constexpr" if n in constexprs else "i32") for n in names}
     source = ASTSource(kernel, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()})
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
