@@ -115,7 +115,7 @@ def phases(logits: torch.Tensor, k: int) -> dict[str, float]:
     from ddtree_core.kernels import topk_radix
 
     rows = logits.numel() // logits.shape[-1]
-    clock = torch.zeros(rows, len(topk_radix.SELECT_PHASES) + 3, dtype=torch.int64, device=logits.device)
+    clock = torch.zeros(rows, topk_radix.SELECT_SLOTS, dtype=torch.int64, device=logits.device)
     for stamps in (None, None, clock):
         topk_radix.draft_topk(logits, k, 1.0, clock=stamps)
     torch.cuda.synchronize()

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -77,7 +78,8 @@ from ddtree_core.kernels.topk import (
 from ddtree_core.tree import DraftTopK
 
 SELECT_PHASES = ("logsumexp", "groups", "gather", "rank")  # kernel 2's phases, in stamp order
-_SELECT_SLOTS = tl.constexpr(len(SELECT_PHASES) + 3)  # the stamps of one row (clock.phase_times)
+SELECT_SLOTS = len(SELECT_PHASES) + 3  # the stamps of one row (clock.phase_times)
+_SELECT_SLOTS = tl.constexpr(SELECT_SLOTS)
 MAX_K = 1024  # larger k takes the torch path (batched.draft_topk), which gives the same result
 _TILE = 2048  # default logits per tile of kernel 1
 _BLOCK = 1024  # at most this many tokens read back, or group entries held, per step of kernel 2
@@ -205,7 +207,7 @@ def _select_kernel(
     cand_ptr,  # [R, soft + GATHER] int64 scratch: the kept tokens' entries, in id order
     lp_out,  # [R, K] float32: log-probs, best first
     ids_out,  # [R, K] int64: token ids, best first
-    clock_ptr,  # [R, len(SELECT_PHASES) + 3] int64: phase stamps (written when PROFILE)
+    clock_ptr,  # [R, SELECT_SLOTS] int64: phase stamps (written when PROFILE)
     G: tl.constexpr,  # tokens per group
     GATHER: tl.constexpr,  # tokens read back per step (a power of two)
     CP: tl.constexpr,  # next_pow2(chunks)
@@ -334,7 +336,7 @@ def draft_topk(
     radix digit of kernel 2's selections (1..8 bits); one_launch: both kernels in one launch (`_one_launch_kernel`: a
     row's last scan program selects; select_warps warps per program). They change
     only the speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph capturable.
-    clock: an int64 CUDA tensor [rows, len(SELECT_PHASES) + 3] that receives kernel 2's phase stamps, one
+    clock: an int64 CUDA tensor [rows, SELECT_SLOTS] that receives kernel 2's phase stamps, one
     row per logits row (`select_phase_times` reads them; ddbench.topk_tune's phases.csv).
     """
     *lead, vocab = logits.shape
@@ -353,10 +355,10 @@ def draft_topk(
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     if rows.shape[0] > 0:
         *plan, auto_select_warps = _plan(rows, k, tile, chunks, group)
-        launch = (warps, select_warps or auto_select_warps, block or _BLOCK, gather or block or _BLOCK, log_bins,
-                  256 if compare_ranks else 64)  # fmt: skip
+        launch = _Launch(warps, select_warps or auto_select_warps, block or _BLOCK, gather or block or _BLOCK,
+                         log_bins, 256 if compare_ranks else 64)  # fmt: skip
         if clock is not None:
-            check_clock(clock, rows.shape[0], len(SELECT_PHASES) + 3)
+            check_clock(clock, rows.shape[0], SELECT_SLOTS)
         _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, clock=clock, one_launch=one_launch)
     return DraftTopK(log_probs=log_probs.view(*lead, k), token_ids=token_ids.view(*lead, k))
 
@@ -394,7 +396,18 @@ def group_maxima(logits: torch.Tensor, k: int, draft_temperature: float) -> torc
     check_k(k, vocab)
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     *plan, _ = _plan(rows, k, None, None, None)
-    return _launch(rows, k, draft_temperature, plan, (4, 8, _BLOCK, _BLOCK, 6, 64), log_probs, token_ids, select=False)
+    return _launch(rows, k, draft_temperature, plan, _Launch(), log_probs, token_ids, select=False)
+
+
+class _Launch(NamedTuple):
+    """The speed-only launch settings of `draft_topk` (its defaults: group_maxima's scan)."""
+
+    warps: int = 4  # per scan program
+    select_warps: int = 8  # per selection program
+    block: int = _BLOCK  # group entries per step of the selection
+    gather: int = _BLOCK  # tokens read back per step
+    log_bins: int = 6  # radix digit bits
+    compare_max: int = 64  # rank the winners by compares up to this K, else by tl.sort
 
 
 def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
@@ -403,7 +416,7 @@ def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
 
 
 def _launch(
-    rows, k, draft_temperature, plan, launch, log_probs, token_ids, select=True, clock=None, one_launch=False
+    rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_ids, select=True, clock=None, one_launch=False
 ) -> torch.Tensor:
     tile, chunk_len, chunks, group = plan
     warps, select_warps, block, gather, log_bins, compare_max = launch

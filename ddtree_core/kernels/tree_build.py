@@ -46,6 +46,7 @@ import triton
 import triton.language as tl
 
 from ddtree_core.kernels.clock import check_clock
+from ddtree_core.kernels.clock import phase_times as clock_times
 from ddtree_core.kernels.clock import stamp as _stamp
 from ddtree_core.kernels.radix import min_max, pick_digit
 from ddtree_core.tree import TRITON_NODE_LIMIT, DraftTopK, DraftTree
@@ -513,23 +514,14 @@ def phase_times(clock: torch.Tensor, max_depth: int) -> dict[str, float]:
     """Mean microseconds per request of each phase of a profiled build (see clock_slots): 'level{d}.{phase}'
     for the levels every request reached, 'final.select', 'final.rank', 'final.write', and 'total' (the
     global timer). Cycles become time at the rate the global timer measured across each program."""
-    stamps = clock.double().cpu()
     final = 2 + 4 * max_depth
-    ns_per_cycle = (stamps[:, final + 3] - stamps[:, 0]) / (stamps[:, final + 2] - stamps[:, 1])
-    names, cycles = ["start"], [stamps[:, 1]]
-    for d in range(max_depth):
-        level = stamps[:, 2 + 4 * d : 6 + 4 * d]
-        if not bool((level[:, -1] >= stamps[:, 1]).all()):  # a request stopped before this level
-            break
-        names += [f"level{d}.{phase}" for phase in PHASES]
-        cycles += list(level.unbind(1))
+    reached = clock[:, 5 : 6 + 4 * (max_depth - 1) : 4] >= clock[:, 1:2]  # each level's last stamp was written
+    levels = int(reached.all(dim=0).long().cumprod(0).sum())  # the levels every request reached
+    names = [f"level{d}.{phase}" for d in range(levels) for phase in PHASES]
     names += ["final.select", "final.rank", "final.write"]
-    cycles += [stamps[:, final], stamps[:, final + 1], stamps[:, final + 2]]
-    times = {name: float(((cycles[i] - cycles[i - 1]) * ns_per_cycle).mean()) / 1e3 for i, name in enumerate(names)
-             if i > 0}  # fmt: skip
+    columns = [0, 1, *range(2, 2 + 4 * levels), final, final + 1, final + 2, final + 3]
     # the final selection starts after the last level every request reached: it absorbs later levels
-    times["total"] = float((stamps[:, final + 3] - stamps[:, 0]).mean()) / 1e3
-    return times
+    return clock_times(clock[:, columns], names)
 
 
 LAUNCH_KEYS = (
