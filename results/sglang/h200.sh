@@ -36,7 +36,7 @@
 #               flight), resuming after the cells committed in results/sglang/campaign-h200 (commit the run
 #               folder there); campaign-x2: the same with a server on each of GPUs 0 and 1
 #   campaign-check  (nvidia-h200-x2) AR, DFLASH, b127 and b255 of the campaign's config again in one session, both
-#               GPUs: same-session baselines for the campaign's tokens/s
+#               GPUs (CHECK_GPUS=0: GPU 0 alone): same-session baselines for the campaign's tokens/s
 #   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature x holding the chain, budget 63)
 #   rounds      DFLASH and DDTree b15 / b128 (eager, and folded: SGLANG_DDTREE_DRAFT_GRAPH=1), b15 and b31 holding
 #               the chain (SGLANG_DDTREE_HOLD_CHAIN=1; b15 held is DFLASH's tree), 4 bursts at 1 and 16 in flight;
@@ -250,7 +250,8 @@ sweeps)
         GPUS=0,1 sweep campaign --config testbed-h200-campaign ;;
       campaign-check)  # AR, DFLASH and the campaign's best budgets (127, 255) again, side by side in one session on
         # GPUs 0 and 1, so the tokens/s of the two campaign sessions can be compared with a same-session run
-        GPUS=0,1 sweep campaign-check --config testbed-h200-campaign --budgets 127,255 ;;
+        # (CHECK_GPUS=0: on GPU 0 alone, while GPU 1 runs other jobs)
+        GPUS=${CHECK_GPUS:-0,1} sweep campaign-check --config testbed-h200-campaign --budgets 127,255 ;;
       knobs)
         sweep knobs --config testbed-h200-knobs ;;
       gputests)
@@ -260,12 +261,16 @@ sweeps)
       kernels)
         python3 -m ddbench.kernel_bench --out "$W/runs/kernels" --impls "${KERNEL_IMPLS:-reference,torch,triton}" \
           > "$W/runs/kernel_bench.log" 2>&1
-        python3 -m ddbench.kernel_bench --out "$W/runs/kernels-sharp" --impls torch,triton --logit-scale 12 \
-          > "$W/runs/kernel_bench-sharp.log" 2>&1
-        # the radix selection's launches (group, warps, block, digit); the scan's were tuned before
-        python3 -m ddbench.topk_tune --out "$W/runs/topk" --vocabs 49152,152064 --tiles 2048 --chunks 16 --warps 4 \
-          > "$W/runs/topk_tune.log" 2>&1
-        python3 -m ddbench.build_tune --out "$W/runs/build" > "$W/runs/build_tune.log" 2>&1
+        python3 -m ddbench.kernel_bench --out "$W/runs/kernels-sharp" --impls "${SHARP_IMPLS:-torch,triton}" \
+          --logit-scale 12 > "$W/runs/kernel_bench-sharp.log" 2>&1
+        # the radix selection's launches under trial (read-back step, compare ranks, one launch) and its phase
+        # stamps; the scan, group, warps, block and digit were tuned before (results/kernels/h200-2026-11-30*)
+        python3 -m ddbench.topk_tune --out "$W/runs/topk" --vocabs 152064 --tiles 2048 --chunks 16 --warps 4 \
+          --groups "" --select-warps "" --blocks "" --log-bins "" > "$W/runs/topk_tune.log" 2>&1
+        # the build's default, SORT_RANKS, the depth limits and the phase stamps (the other launch keys were tuned
+        # before: build_tune's defaults sweep them)
+        python3 -m ddbench.build_tune --out "$W/runs/build" --warps "" --hist-bins "" --log-bins "" --qch "" \
+          --chunk "" > "$W/runs/build_tune.log" 2>&1
         echo "kernels rc=$?" >> "$W/done" ;;
       cost)
         python3 -m ddbench.cost_bench --out "$W/runs/cost" --reps 5 --warmup 2 \
