@@ -3,20 +3,20 @@
     python -m ddbench.build_tune --out results/kernels/build-h200
     python -m ddbench.build_tune --out /tmp/bt --smoke          # tiny sizes, CPU under the Triton interpreter
 
-One program builds one request's tree, so at batch 1 the build is a single streaming multiprocessor's
-latency: the launch decides how much of it is spent. Per (batch, budget, logit scale) cell it draws bf16
-draft logits (randn x scale, L = 16, the kernel benchmark's drafts), takes their top-`budget` lists once, and
-times as CUDA-graph replays (CUDA events; host clock on a CPU) the default build and every launch of the
-grid: warps x HIST_BINS (the kept-key histogram behind the level bound), then each LOG_BINS (the radix
-selection's digit), QCH (entries per step of the rank compares) and CHUNK (candidates per block of the
-expand / select passes) alone, the rest at the default, and SORT_RANKS (levels and final nodes ordered by tl.sort
-instead of counted ranks; budgets up to 1024). Each tree is checked field by field against the default's.
-Then the default launch at smaller depth limits (--depths): the program stops after that many levels, so
-the differences split the build's time between its levels and its final selection (those trees are checked
-against the torch build at the same limit). Writes cells.csv (one row per launch) and best.csv (per cell:
-the fastest equal launch at the full depth, and the default). On CUDA it also writes phases.csv: the default
-launch once more with every program stamping the SM's cycle counter after each phase of each level (expand,
-select, append, bound) and of the final selection (select, rank, write), as mean microseconds per request
+One program builds one request's tree, so at batch 1 the build is a single streaming multiprocessor's latency:
+the launch decides how much of it is spent. Per (batch, budget, logit scale) cell it draws bf16 draft logits
+(randn x scale, L = 16, the kernel benchmark's drafts), takes their top-`budget` lists once, and times as
+CUDA-graph replays (CUDA events; host clock on a CPU) the default build and every launch of the grid: warps x
+HIST_BINS (the kept-key histogram behind the level bound), then each LOG_BINS (the radix selection's digit),
+QCH (entries per step of the rank compares) and CHUNK (candidates per block of the expand / select passes)
+alone, the rest at the default, and counted ranks (SORT_RANKS off: levels and final nodes ordered by counting,
+as above budget 1024, instead of tl.sort). Each tree is checked field by field against the default's. Then the
+default launch at smaller depth limits (--depths): the program stops after that many levels, so the
+differences split the build's time between its levels and its final selection (those trees are checked against
+the torch build at the same limit). Writes cells.csv (one row per launch) and best.csv (per cell: the fastest
+equal launch at the full depth, and the default). On CUDA it also writes phases.csv: the default launch once
+more with every program stamping the SM's cycle counter after each phase of each level (expand, select,
+append, bound) and of the final selection (select, rank, write), as mean microseconds per request
 (`tree_build.phase_times`), which says where a level's time goes.
 """
 
@@ -42,13 +42,13 @@ BEST_COLUMNS = ("batch", "budget", "logit_scale", *KEYS, "us", "default_us")
 
 def launches(
     warps: list[int], hist_bins: list[int], log_bins: list[int], qch: list[int] = (), chunk: list[int] = (),
-    sort_ranks: bool = False,
+    counted_ranks: bool = False,
 ) -> list[dict]:
-    """The default ({}) first, then warps x HIST_BINS, then each LOG_BINS, QCH and CHUNK alone, then (sort_ranks)
-    the ranks by tl.sort."""
+    """The default ({}) first, then warps x HIST_BINS, then each LOG_BINS, QCH and CHUNK alone, then
+    (counted_ranks) the ranks counted instead of sorted."""
     grid = [{"num_warps": w, "HIST_BINS": h} for w in warps for h in hist_bins]
     alone = [{"LOG_BINS": b} for b in log_bins] + [{"QCH": q} for q in qch] + [{"CHUNK": c} for c in chunk]
-    return [{}] + grid + alone + ([{"SORT_RANKS": True}] if sort_ranks else [])
+    return [{}] + grid + alone + ([{"SORT_RANKS": False}] if counted_ranks else [])
 
 
 def _same_tree(a, b) -> bool:
@@ -70,7 +70,7 @@ def run(
     depths: list[int] = (),
     qch: list[int] = (),
     chunk: list[int] = (),
-    sort_ranks: bool = False,
+    counted_ranks: bool = False,
 ) -> list[dict]:
     from ddtree_core import tree as trees
     from ddtree_core.kernels import topk, tree_build
@@ -83,7 +83,7 @@ def run(
             logits = (torch.randn(batch, LENGTH, vocab, generator=generator, device=device) * scale).bfloat16()
             lists = topk.draft_topk(logits, min(budget, vocab), 1.0)
             expected = tree_build.build_tree_from_topk(lists, budget, LENGTH, budget)
-            grid = launches(warps, hist_bins, log_bins, qch, chunk, sort_ranks and budget <= 1024)
+            grid = launches(warps, hist_bins, log_bins, qch, chunk, counted_ranks and budget <= 1024)
             plan = [(LENGTH, launch) for launch in grid]
             plan += [(depth, {}) for depth in depths if 1 <= depth < LENGTH]
             for depth, launch in plan:
@@ -180,7 +180,9 @@ def main(
     ] = "1,2,3,4,8",
     qch: Annotated[str, typer.Option(help="Rank-compare steps to try (powers of two).")] = "8,128",
     chunk: Annotated[str, typer.Option(help="Candidate blocks to try (powers of two).")] = "256,4096",
-    sort_ranks: Annotated[bool, typer.Option(help="Also try ranks by tl.sort (SORT_RANKS).")] = True,
+    counted_ranks: Annotated[
+        bool, typer.Option(help="Also try counted ranks instead of tl.sort (SORT_RANKS off; budgets <= 1024).")
+    ] = True,
 ) -> None:
     """Time every launch of the Triton tree build on the same lists; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
@@ -190,7 +192,7 @@ def main(
         qch, chunk = "2", "16"
     scale_list = [float(s) for s in scales.split(",") if s.strip()]
     lists = (list(parse_ints(t) or ()) for t in (warps, hist_bins, log_bins, depths, qch, chunk))
-    run(out, _cells(cells), scale_list, vocab, *lists, sort_ranks=sort_ranks)
+    run(out, _cells(cells), scale_list, vocab, *lists, counted_ranks=counted_ranks)
 
 
 if __name__ == "__main__":

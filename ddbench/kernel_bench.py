@@ -95,7 +95,7 @@ def smoke_config(device: str, seed: int) -> BenchConfig:
         batches=(1, 2),
         budgets=(5,),
         vocabs=(64,),
-        impls=("reference", "torch", "triton", TRIAL),
+        impls=("reference", "torch", "triton"),
         length=4,
         device=device,
         min_seconds=0.0,
@@ -186,13 +186,9 @@ def round_stages(
 ) -> tuple[dict[str, Callable[[], object]], torch.Tensor]:
     """The stage closures of one impl on fixed inputs (the round runs all four in order), and the
     sizes [B] and node depths [B, N+1] of its trees."""
-    from ddtree_core import tree as trees
+    from ddtree_core.tree import build_tree_from_topk, draft_topk
     from ddtree_core.verify import follow_tree
 
-    draft_topk, build_tree_from_topk = trees.draft_topk, trees.build_tree_from_topk
-    if impl == TRIAL:  # the Triton launches under trial, then the Triton mask and walk
-        draft_topk, build_tree_from_topk = _trial_topk, _trial_build
-        impl = "triton"
     k = max(1, min(budget, logits.shape[-1]))
     topk = draft_topk(logits, k, impl=impl)
     tree = build_tree_from_topk(topk, budget, max_budget=budget, impl=impl)
@@ -216,26 +212,6 @@ def round_stages(
         tree.num_nodes,
         tree.depths,
     )
-
-
-TRIAL = "triton-trial"  # an impl name: the Triton round with the launches under trial (TRIAL_LAUNCHES)
-TRIAL_LAUNCHES = "top-K in one launch (one_launch=True), build ranks by tl.sort (SORT_RANKS, budgets <= 1024)"
-
-
-def _trial_topk(logits: torch.Tensor, k: int, impl: str):
-    from ddtree_core import batched
-    from ddtree_core.kernels import topk_radix
-
-    if k > topk_radix.MAX_K:
-        return batched.draft_topk(logits, k, 1.0)
-    return topk_radix.draft_topk(logits, k, 1.0, one_launch=True)
-
-
-def _trial_build(topk, budget: int, max_budget: int, impl: str):
-    from ddtree_core.kernels import tree_build
-
-    depth = topk.log_probs.shape[1]
-    return tree_build.build_tree_from_topk(topk, budget, depth, max_budget, launch={"SORT_RANKS": max_budget <= 1024})
 
 
 def mask_stage(impl: str) -> Callable[[object, torch.Tensor], object]:
@@ -437,7 +413,7 @@ def main(
     vocabs: Annotated[str | None, typer.Option(help="Comma list (default 32000,152064).")] = None,
     impls: Annotated[
         str | None,
-        typer.Option(help=f"Comma list (default reference,torch,triton); {TRIAL}: triton with {TRIAL_LAUNCHES}."),
+        typer.Option(help="Comma list (default reference,torch,triton)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the draft logits.")] = 0,
     logit_scale: Annotated[

@@ -6,16 +6,14 @@ and the group-maxima kernel (topk_radix.py), on the same cells.
 
 The launch parameters change only the speed. Fused `draft_topk(tile=, chunks=, warps=)`: tile is the logits one
 program scans per step, chunks the vocabulary slices per row (more programs, then a merge kernel), warps those of
-one scan program. Radix `draft_topk(tile=, chunks=, warps=, group=, select_warps=, block=, gather=, log_bins=,
-compare_ranks=, one_launch=)`: the same three for its scan, group the tokens per group maximum, select_warps
-those of its per-row selection program, block and log_bins the step size and radix digit of that program (a
-block that holds all groups keeps them in registers), gather its read-back step alone, compare_ranks the
-winners' order by all-pairs compares instead of tl.sort, one_launch both kernels in one launch (a row's last
-scan program selects).
+one scan program. Radix `draft_topk(tile=, chunks=, warps=, group=, select_warps=, block=, gather=, log_bins=)`:
+the same three for its scan, group the tokens per group maximum, select_warps those of its per-row selection
+program, block and log_bins the group keys per step and radix digit of that program (a block that holds all
+groups keeps them in registers), gather its read-back step.
 For every (batch, vocab, K) cell it times, as CUDA-graph replays (CUDA events; host clock on a CPU): the fused
 default ("auto") and every (tile, chunks, warps) launch, then the radix default, every radix (tile, chunks,
 warps) launch with the default group, every (group, select_warps) and every (block, log_bins) launch with the
-default scan, every gather, compare_ranks, the one-launch form with each select_warps; and "radix-scan",
+default scan, every gather; and "radix-scan",
 the radix default's first kernel alone (its group maxima checked against torch's), which splits the radix
 time between the scan and the per-row selection. Each
 launch's lists are checked against the fused default's (ids exactly, log-probs within 1e-5: the logsumexps sum
@@ -40,8 +38,7 @@ import typer
 from ddbench.kernel_bench import parse_ints, tune_row
 
 LENGTH = 16
-PARAMS = ("tile", "chunks", "warps", "group", "select_warps", "block", "gather", "log_bins", "compare_ranks",
-          "one_launch")
+PARAMS = ("tile", "chunks", "warps", "group", "select_warps", "block", "gather", "log_bins")
 COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "equal", "note")
 PHASE_COLUMNS = ("batch", "vocab", "k", "phase", "us")
 BEST_COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "auto_us", "fused_auto_us")
@@ -54,8 +51,7 @@ def launches(
     scan = [{"tile": t, "chunks": c, "warps": w} for t in tiles for c in chunk_counts for w in warp_counts]
     select = [{"group": g, "select_warps": w} for g in groups for w in select_warps]
     select += [{"block": b, "log_bins": n} for b in blocks for n in log_bins]
-    select += [{"gather": g} for g in gathers] + [{"compare_ranks": True}]
-    select += [{"one_launch": True}] + [{"one_launch": True, "select_warps": w} for w in select_warps]
+    select += [{"gather": g} for g in gathers]
     return ([("fused", {})] + [("fused", kw) for kw in scan] + [("radix", {}), ("radix-scan", {})]
             + [("radix", kw) for kw in scan + select])  # fmt: skip
 
@@ -97,7 +93,7 @@ def run(
 
                     def check(got, expected=expected, logits=logits, k=k, method=method):
                         if method == "radix-scan":  # kernel 1 alone: its group maxima against torch's
-                            return {"equal": torch.equal(got >> 32, group_max_keys(logits, k))}
+                            return {"equal": torch.equal(got.long(), group_max_keys(logits, k))}
                         # Ids exactly; log-probs to float32 rounding (the logsumexps sum in different orders).
                         ids = torch.equal(got.token_ids, expected.token_ids)
                         return {"equal": ids and torch.allclose(got.log_probs, expected.log_probs, rtol=0, atol=1e-5)}

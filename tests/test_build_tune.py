@@ -10,7 +10,7 @@ from ddbench import build_tune
 def test_sweep_times_every_launch_and_checks_its_trees(tmp_path, monkeypatch):
     monkeypatch.setattr(build_tune, "LENGTH", 3)  # draft positions: 3 keep the interpreter quick
     rows = build_tune.run(tmp_path, cells=[(2, 6)], scales=[12.0], vocab=50, warps=[4, 2], hist_bins=[2, 2048],
-                          log_bins=[4], depths=[1, 2, 3], qch=[2], chunk=[16], sort_ranks=True)  # fmt: skip
+                          log_bins=[4], depths=[1, 2, 3], qch=[2], chunk=[16], counted_ranks=True)  # fmt: skip
     a = "auto"
     assert [(r["max_depth"], *(r[k] for k in build_tune.KEYS)) for r in rows] == [
         (3, a, a, a, a, a, a),
@@ -21,7 +21,7 @@ def test_sweep_times_every_launch_and_checks_its_trees(tmp_path, monkeypatch):
         (3, a, a, 4, a, a, a),
         (3, a, a, a, 2, a, a),
         (3, a, a, a, a, 16, a),
-        (3, a, a, a, a, a, True),
+        (3, a, a, a, a, a, False),
         (1, a, a, a, a, a, a),
         (2, a, a, a, a, a, a),
     ]  # fmt: skip  (depth 3 = LENGTH: the full build, timed once)

@@ -109,26 +109,11 @@ def test_selection_block_and_digit_change_only_the_speed(kind, block, log_bins):
     assert_topk_equal(out, draft_topk(logits, 37, impl="reference"))
 
 
-@pytest.mark.parametrize("k", [37, 200])
-def test_ranks_by_compares_equal_ranks_by_sort(k):
-    logits = radix_logits("ties", (1, 2, 1500), torch.Generator().manual_seed(k)).to(DEVICE)
-    out = topk_radix.draft_topk(logits, k, 1.0, group=8, tile=256, chunks=2, compare_ranks=True)
-    assert_topk_equal(out, draft_topk(logits, k, impl="reference"))
-
-
 @pytest.mark.parametrize("gather", [8, 64, 4096])
 def test_read_back_step_changes_only_the_speed(gather):
     logits = radix_logits("ties", (1, 2, 1500), torch.Generator().manual_seed(gather)).to(DEVICE)
     out = topk_radix.draft_topk(logits, 37, 1.0, group=8, tile=256, chunks=2, block=64, gather=gather)
     assert_topk_equal(out, draft_topk(logits, 37, impl="reference"))
-
-
-@pytest.mark.parametrize("kind", ["bf16", "ties", "equal", "nan", "mostly_ninf"])
-def test_one_launch_equals_reference(kind):
-    """One launch: each row's last scan program runs the row's selection."""
-    logits = radix_logits(kind, (2, 3, 1500), torch.Generator().manual_seed(11)).to(DEVICE)
-    out = topk_radix.draft_topk(logits, 37, 0.8, group=8, tile=256, chunks=3, one_launch=True)
-    assert_topk_equal(out, draft_topk(logits, 37, draft_temperature=0.8, impl="reference"))
 
 
 def test_a_clock_must_be_an_int64_cuda_tensor_of_one_row_per_logits_row():
@@ -178,9 +163,11 @@ def test_dispatch_reaches_the_kernel_with_default_plan():
     assert_topk_equal(out, draft_topk(logits, 40, draft_temperature=0.9, impl="reference"))
 
 
-def test_selection_warps_follow_rows_per_sm():
-    """8 warps per selection program below 4 rows per SM, 4 from there (on the CPU: one "SM")."""
-    assert [topk_radix._plan(torch.empty(rows, 64), 4, None, None, None)[-1] for rows in (3, 4)] == [8, 4]
+def test_selection_warps_and_read_back_follow_rows_per_sm():
+    """8 warps and 8,192 tokens read back per step below 4 rows per SM, 4 and 1,024 from there (on the CPU:
+    one "SM")."""
+    plans = [topk_radix._plan(torch.empty(rows, 64), 4, None, None, None)[-2:] for rows in (3, 4)]
+    assert plans == [(8, 8192), (4, 1024)]
 
 
 def test_k_above_max_k_takes_the_torch_path():
@@ -216,16 +203,15 @@ def test_benchmark_shapes_on_cuda(kind, batch, k, temperature):
     ref = draft_topk(logits, k, draft_temperature=temperature, impl="reference")
     assert_topk_equal(topk_radix.draft_topk(logits, k, temperature), ref)
     assert_topk_equal(topk_radix.draft_topk(logits, k, temperature, block=8192, log_bins=8), ref)
-    assert_topk_equal(topk_radix.draft_topk(logits, k, temperature, one_launch=True), ref)
+    assert_topk_equal(topk_radix.draft_topk(logits, k, temperature, select_warps=4, gather=8192), ref)
 
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("one_launch", [False, True])
-def test_captures_in_a_cuda_graph_without_syncs(one_launch):
+def test_captures_in_a_cuda_graph_without_syncs():
     logits = make_logits("bf16", (4, 16, 32000), torch.Generator().manual_seed(3)).cuda()
-    graph, out = capture_cuda_graph(lambda: topk_radix.draft_topk(logits, 64, 1.0, one_launch=one_launch))
-    for seed in (4, 5):  # replays: the one launch's row counters start from zero each time
+    graph, out = capture_cuda_graph(lambda: topk_radix.draft_topk(logits, 64, 1.0))
+    for seed in (4, 5):
         logits.copy_(make_logits("bf16", (4, 16, 32000), torch.Generator().manual_seed(seed)).cuda())
         graph.replay()
         torch.cuda.synchronize()
@@ -233,12 +219,11 @@ def test_captures_in_a_cuda_graph_without_syncs(one_launch):
 
 
 def test_group_maxima_is_the_scan_of_draft_topk():
-    """Kernel 1 alone (ddbench.topk_tune's split of the time): each group's largest key and its index, the
-    last group partial (203 = 25 x 8 + 3)."""
+    """Kernel 1 alone (ddbench.topk_tune's split of the time): each group's largest key, in group order,
+    the last group partial (203 = 25 x 8 + 3)."""
     from ddbench.topk_tune import group_max_keys
 
     logits = make_logits("bf16", (2, 3, 203), torch.Generator().manual_seed(6)).to(DEVICE)
-    entries = topk_radix.group_maxima(logits, 5, 1.0)
-    assert entries.shape == (6, 26)
-    assert torch.equal(entries >> 32, group_max_keys(logits, 5).to(entries.device))
-    assert torch.equal(entries & 0xFFFFFFFF, torch.arange(26, device=entries.device).expand(6, 26))
+    keys = topk_radix.group_maxima(logits, 5, 1.0)
+    assert keys.shape == (6, 26) and keys.dtype == torch.int32
+    assert torch.equal(keys.long(), group_max_keys(logits, 5).to(keys.device))

@@ -16,18 +16,16 @@ def test_sweep_checks_every_launch_of_both_kernels_against_the_fused_default(tmp
                          gathers=[32])  # fmt: skip
     a = "auto"
     assert [(r["method"], *(r[p] for p in topk_tune.PARAMS)) for r in rows] == [
-        ("fused", a, a, a, "", "", "", "", "", "", ""),
-        ("fused", 64, 1, 4, "", "", "", "", "", "", ""), ("fused", 64, 1, 2, "", "", "", "", "", "", ""),
-        ("fused", 64, 2, 4, "", "", "", "", "", "", ""), ("fused", 64, 2, 2, "", "", "", "", "", "", ""),
-        ("radix", a, a, a, a, a, a, a, a, a, a),
-        ("radix-scan", a, a, a, a, a, a, a, a, a, a),
-        ("radix", 64, 1, 4, a, a, a, a, a, a, a), ("radix", 64, 1, 2, a, a, a, a, a, a, a),
-        ("radix", 64, 2, 4, a, a, a, a, a, a, a), ("radix", 64, 2, 2, a, a, a, a, a, a, a),
-        ("radix", a, a, a, 8, 4, a, a, a, a, a), ("radix", a, a, a, 16, 4, a, a, a, a, a),
-        ("radix", a, a, a, a, a, 64, a, 8, a, a),
-        ("radix", a, a, a, a, a, a, 32, a, a, a),
-        ("radix", a, a, a, a, a, a, a, a, True, a),
-        ("radix", a, a, a, a, a, a, a, a, a, True), ("radix", a, a, a, a, 4, a, a, a, a, True),
+        ("fused", a, a, a, "", "", "", "", ""),
+        ("fused", 64, 1, 4, "", "", "", "", ""), ("fused", 64, 1, 2, "", "", "", "", ""),
+        ("fused", 64, 2, 4, "", "", "", "", ""), ("fused", 64, 2, 2, "", "", "", "", ""),
+        ("radix", a, a, a, a, a, a, a, a),
+        ("radix-scan", a, a, a, a, a, a, a, a),
+        ("radix", 64, 1, 4, a, a, a, a, a), ("radix", 64, 1, 2, a, a, a, a, a),
+        ("radix", 64, 2, 4, a, a, a, a, a), ("radix", 64, 2, 2, a, a, a, a, a),
+        ("radix", a, a, a, 8, 4, a, a, a), ("radix", a, a, a, 16, 4, a, a, a),
+        ("radix", a, a, a, a, a, 64, a, 8),
+        ("radix", a, a, a, a, a, a, 32, a),
     ]  # fmt: skip
     assert all(r["equal"] is True and r["us"] > 0 for r in rows), [r["note"] for r in rows]
     with open(tmp_path / "best.csv") as stream:
@@ -43,7 +41,7 @@ def test_sweep_checks_every_launch_of_both_kernels_against_the_fused_default(tmp
 
 def test_best_ignores_unequal_or_failed_launches():
     def row(method, tile, chunks, warps, group, us, equal):
-        radix_params = ("select_warps", "block", "gather", "log_bins", "compare_ranks", "one_launch")
+        radix_params = ("select_warps", "block", "gather", "log_bins")
         radix = {p: "" if group == "" else "auto" for p in radix_params}
         return {"method": method, "batch": 1, "vocab": 9, "k": 2, "tile": tile, "chunks": chunks, "warps": warps,
                 "group": group, **radix, "us": us, "equal": equal}  # fmt: skip
@@ -58,12 +56,10 @@ def test_best_ignores_unequal_or_failed_launches():
     ]
     assert topk_tune.best_rows(rows) == [
         {"method": "fused", "batch": 1, "vocab": 9, "k": 2, "tile": 128, "chunks": 1, "warps": 8, "group": "",
-         "select_warps": "", "block": "", "gather": "", "log_bins": "", "compare_ranks": "", "one_launch": "",
-         "us": 3.0, "auto_us": 5.0,
+         "select_warps": "", "block": "", "gather": "", "log_bins": "", "us": 3.0, "auto_us": 5.0,
          "fused_auto_us": 5.0},
         {"method": "radix", "batch": 1, "vocab": 9, "k": 2, "tile": "auto", "chunks": "auto", "warps": "auto",
-         "group": 32, "select_warps": "auto", "block": "auto", "gather": "auto", "log_bins": "auto",
-         "compare_ranks": "auto", "one_launch": "auto", "us": 2.0,
+         "group": 32, "select_warps": "auto", "block": "auto", "gather": "auto", "log_bins": "auto", "us": 2.0,
          "auto_us": 4.0, "fused_auto_us": 5.0},
     ]  # fmt: skip
 

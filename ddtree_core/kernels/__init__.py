@@ -4,7 +4,6 @@
   K best groups read back); twin of `tree.draft_topk(impl="reference")`: token ids equal, log-probs to the
   rounding of the logsumexp. The one `tree.draft_topk(impl="triton")` dispatches to: on an H200 it beat
   `topk` in every cell timed, 1.2x at one request and 3.4x at 64 (results/kernels/h200-2026-11-30/topk).
-  `one_launch=True` runs both of its kernels in one launch (a row's last scan program selects).
 - `topk.draft_topk`: the same lists in one read, a per-row list kept as the logits stream by; the
   alternative that `python -m ddbench.topk_tune` times beside `topk_radix`.
 - `tree_build.build_tree_from_topk`: the draft trees of a batch from their top-K lists

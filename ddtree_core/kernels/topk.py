@@ -105,26 +105,39 @@ def _block_hist(key, valid, top, zeros, base, width, shift, BINS: tl.constexpr):
 
 
 @triton.jit
-def _select_top(entry_ptr, n, need, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr):
-    """Radix selection of the `need` best of n > need entries at entry_ptr by key, equal keys in list order.
+def _load_keys(ptr, offs, mask, KEYS: tl.constexpr):
+    """int32 keys of a block: the keys themselves (KEYS), else those of int64 entries (entry >> 32)."""
+    if KEYS:
+        return tl.load(ptr + offs, mask=mask, other=0)
+    else:
+        return (tl.load(ptr + offs, mask=mask, other=0) >> 32).to(tl.int32)
+
+
+@triton.jit
+def _select_top(entry_ptr, n, need, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KEYS: tl.constexpr = False):
+    """Radix selection of the `need` best of n > need entries at entry_ptr by key, equal keys in list order
+    (KEYS: the entries are int32 keys, else int64 entries keyed by their top half).
 
     Returns int64 (top, bottom) and int32 left: the selection is every key > top and the first `left`
     keys (list order) with bottom < key <= top. Digits come from top - key, shifted right by the
     trailing zero bits that all keys share (16 for bf16 logits at temperature 1); a pass histograms
     the current bucket, and the search stops once the bucket is taken whole or holds one key value.
-    The first block stays in registers across the passes; later blocks are reloaded.
+    The first block stays in registers across the passes; later blocks are reloaded, each one's load
+    issued before the block ahead of it is counted (the loads' latency, not the counting, set a
+    pass's time).
     """
     BINS: tl.constexpr = 1 << LOG_BINS
     offs = tl.arange(0, BLOCK)
     valid0 = offs < n
-    key0 = (tl.load(entry_ptr + offs, mask=valid0, other=0) >> 32).to(tl.int32)
-    first = tl.load(entry_ptr).to(tl.int64) >> 32
-    first = first.to(tl.int32)
+    key0 = _load_keys(entry_ptr, offs, valid0, KEYS)
+    first = _load_keys(entry_ptr, 0, n > 0, KEYS)  # a key of the list: the bounds' start
     hi, lo, lowest = _block_bounds(key0, valid0, first, first, first, first.to(tl.int64) * 0 + 4294967296)
     b0 = n * 0 + BLOCK
+    key = _load_keys(entry_ptr + b0, offs, b0 + offs < n, KEYS)
     while b0 < n:
-        key = (tl.load(entry_ptr + b0 + offs, mask=b0 + offs < n, other=0) >> 32).to(tl.int32)
+        ahead = _load_keys(entry_ptr + b0 + BLOCK, offs, b0 + BLOCK + offs < n, KEYS)
         hi, lo, lowest = _block_bounds(key, b0 + offs < n, first, hi, lo, lowest)
+        key = ahead
         b0 += BLOCK
     zeros = _bit_length(lowest) - 1  # every top - key is a multiple of 2**zeros
     top = hi.to(tl.int64)
@@ -136,9 +149,11 @@ def _select_top(entry_ptr, n, need, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr)
         shift = tl.maximum(width - LOG_BINS, 0)
         hist = _block_hist(key0, valid0, top, zeros, base, width, shift, BINS)
         b0 = n * 0 + BLOCK
+        key = _load_keys(entry_ptr + b0, offs, b0 + offs < n, KEYS)
         while b0 < n:
-            key = (tl.load(entry_ptr + b0 + offs, mask=b0 + offs < n, other=0) >> 32).to(tl.int32)
+            ahead = _load_keys(entry_ptr + b0 + BLOCK, offs, b0 + BLOCK + offs < n, KEYS)
             hist += _block_hist(key, b0 + offs < n, top, zeros, base, width, shift, BINS)
+            key = ahead
             b0 += BLOCK
         chosen, below, in_chosen = pick_digit(hist, left, BINS)
         left -= below
@@ -151,15 +166,18 @@ def _select_top(entry_ptr, n, need, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr)
 @triton.jit
 def _compact_top(entry_ptr, n, top, bottom, left, dst_ptr, BLOCK: tl.constexpr):
     """Copy what `_select_top` chose, in list order, to dst (which may be the source); returns
-    (count, smallest key copied)."""
+    (count, smallest key copied). A block's copies land before its end, so the next block's load may
+    be issued first."""
     offs = tl.arange(0, BLOCK)
     n_sel = n * 0
     n_tie = n * 0
     kth = n * 0 + _I32_MAX
     b0 = n * 0
+    ahead = tl.load(entry_ptr + offs, mask=offs < n, other=_PAD)
     while b0 < n:
         m = b0 + offs < n
-        entry = tl.load(entry_ptr + b0 + offs, mask=m, other=_PAD)
+        entry = ahead
+        ahead = tl.load(entry_ptr + b0 + BLOCK + offs, mask=b0 + BLOCK + offs < n, other=_PAD)
         key = entry >> 32
         tie = (m & (key > bottom) & (key <= top)).to(tl.int32)
         sel = m & ((key > top) | ((tie == 1) & (n_tie + tl.cumsum(tie, 0) - tie < left)))

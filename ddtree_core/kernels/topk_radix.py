@@ -10,20 +10,21 @@ topk.py's int32 order key (-0.0 equal to 0.0, NaN below -inf); a token is the in
 key << 32 | (2**31 - 1 - id), so entries order like (value desc, id asc).
 
 Kernel 1, one program per (row, vocabulary chunk), streams its chunk and writes, for every group of G
-consecutive tokens, the group's largest key (int64 key << 32 | group index, in group order) and, per
-chunk, the (max, exp-sum) pair of the logsumexp. It keeps no other state (no list, no branch on the
+consecutive tokens, the group's largest key (int32, in group order: a group's index is its place) and,
+per chunk, the (max, exp-sum) pair of the logsumexp. It keeps no other state (no list, no branch on the
 values): a straight read of the logits.
 Kernel 2, one program per row:
   - selects the K best groups by (group max desc, group index asc), a radix selection over V / G keys
-    (topk._select_top), and tau, the smallest chosen group max;
+    (topk._select_top), writes their indices in group order over the front of the keys, and finds
+    tau, the smallest chosen group max;
   - reads the chosen groups again (K * G tokens, in id order) and keeps the tokens whose key reaches
     the floor, at first tau, in a list that shrinks to its K best when it outgrows `soft`
     (topk._shrink, which raises the floor);
   - selects the K best of the list, merges the chunks' (max, exp-sum) pairs and writes the K winners
     best first (topk._write_ranked).
-One launch (`one_launch=True`, `_one_launch_kernel`): the scan programs count the chunks of their row done
-(an atomic per row, after a gpu-scope fence); the program that completes a row runs that row's kernel 2 at
-once, so selections overlap other rows' scans and the second launch's wait goes.
+(Tried on an H200 and dropped, results/kernels/h200-2026-11-30c/topk: both kernels in one launch, a row's
+last scan program selecting behind a per-row atomic count, 7-60 % slower; the winners ranked by
+all-pairs compares up to K = 256, as fast or slower than tl.sort above K = 64.)
 G near sqrt(V / K) balances the two costs of kernel 2: V / G group keys to select from, K * G tokens to
 read back (G = 64 for V = 152064 and K = 64).
 
@@ -65,7 +66,6 @@ from ddtree_core.kernels.topk import (
     _FLT_MAX,
     _NINF_KEY,
     _chunks_logsumexp,
-    _compact_top,
     _entry,
     _key_value,
     _order_key,
@@ -82,7 +82,8 @@ SELECT_SLOTS = len(SELECT_PHASES) + 3  # the stamps of one row (clock.phase_time
 _SELECT_SLOTS = tl.constexpr(SELECT_SLOTS)
 MAX_K = 1024  # larger k takes the torch path (batched.draft_topk), which gives the same result
 _TILE = 2048  # default logits per tile of kernel 1
-_BLOCK = 1024  # at most this many tokens read back, or group entries held, per step of kernel 2
+_BLOCK = 1024  # at most this many tokens read back, or group keys held, per step of kernel 2
+_GATHER_FEW = 8192  # tokens read back per step while there are fewer than 4 rows per SM
 _PAD_KEY = tl.constexpr(-2147483648)  # key of no token (padding lanes): below NaN's key
 
 
@@ -128,12 +129,6 @@ def _scan_tile(
     return group_max, new_m, s
 
 
-@triton.jit
-def _group_entry(group_max, index):
-    """int64 group entries: key << 32 | group index (the selection reads the key, the gather the index)."""
-    return (group_max.to(tl.int64) << 32) | index.to(tl.int64)
-
-
 @triton.jit(do_not_specialize=["vocab", "n_groups"])
 def _scan_kernel(
     logits_ptr,  # [R, V] bf16/fp16/fp32, unit stride along V
@@ -141,7 +136,7 @@ def _scan_kernel(
     vocab,  # V
     chunk_len,  # logits per chunk (a multiple of TILE); program (r, c) scans [c * chunk_len, ...)
     scale,  # float32: draft_temperature (DIVIDE) or its float32 reciprocal
-    group_ptr,  # [R, n_groups] int64 out: every group's entry, in group order
+    group_ptr,  # [R, n_groups] int32 out: every group's largest key, in group order
     n_groups,  # cdiv(V, G)
     stat_ptr,  # [R, chunks, 2] float32 out: each chunk's (max, sum of exp(x - max))
     TILE: tl.constexpr,  # logits per tile (a power of two, a multiple of G)
@@ -160,7 +155,7 @@ def _scan_chunk(
     row, chunk, logits_ptr, row_stride, vocab, chunk_len, scale, group_ptr, n_groups, stat_ptr,
     TILE: tl.constexpr, G: tl.constexpr, DIVIDE: tl.constexpr, FAST: tl.constexpr,
 ):  # fmt: skip
-    """Kernel 1's work for one (row, chunk): the chunk's group entries and its (max, exp-sum) pair."""
+    """Kernel 1's work for one (row, chunk): the chunk's group keys and its (max, exp-sum) pair."""
     GT: tl.constexpr = TILE // G
     start = chunk * chunk_len
     length = tl.minimum(chunk_len, vocab - start)
@@ -177,7 +172,7 @@ def _scan_chunk(
     while t < full:
         ahead = tl.load(src + tl.minimum(t + 1, full - 1) * TILE + offs)  # the next tile, in flight meanwhile
         group_max, m, s = _scan_tile(raw, offs < TILE, m, s, scale, GT, G, DIVIDE, FAST, False)
-        tl.store(dst + t * GT + slots, _group_entry(group_max, first_group + t * GT + slots))
+        tl.store(dst + t * GT + slots, group_max)
         raw = ahead
         t += 1
     tail = full * TILE
@@ -185,7 +180,7 @@ def _scan_chunk(
         raw = tl.load(src + tail + offs, mask=tail + offs < length, other=float("nan"))
         group_max, m, s = _scan_tile(raw, tail + offs < length, m, s, scale, GT, G, DIVIDE, FAST, True)
         slot = full * GT + slots
-        tl.store(dst + slot, _group_entry(group_max, first_group + slot), mask=slot * G < length)
+        tl.store(dst + slot, group_max, mask=slot * G < length)
     program = row * tl.num_programs(1) + chunk
     chunk_max = tl.max(m, 0)
     tl.store(stat_ptr + program * 2, chunk_max)
@@ -198,7 +193,7 @@ def _select_kernel(
     row_stride,  # elements between rows
     vocab,  # V
     scale,  # as for _scan_kernel
-    group_ptr,  # [R, n_groups] int64: _scan_kernel's group entries; the chosen K move to the front
+    group_ptr,  # [R, n_groups] int32: _scan_kernel's group keys; the chosen K's indices go to the front
     n_groups,  # cdiv(V, G)
     stat_ptr,  # [R, chunks, 2] float32: _scan_kernel's chunk pairs
     chunks,  # chunks per row
@@ -217,23 +212,9 @@ def _select_kernel(
     KP: tl.constexpr,  # next_pow2(K)
     DIVIDE: tl.constexpr,  # as for _scan_kernel
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see SELECT_PHASES)
-    COMPARE_MAX: tl.constexpr = 64,  # rank the K winners by all-pairs compares up to this K, else by tl.sort
 ):
-    _select_row(
-        tl.program_id(0), logits_ptr, row_stride, vocab, scale, group_ptr, n_groups, stat_ptr, chunks, k, soft,
-        cand_ptr, lp_out, ids_out, clock_ptr, G, GATHER, CP, GBLOCK, CBLOCK, LOG_BINS, KP, DIVIDE, PROFILE,
-        COMPARE_MAX,
-    )  # fmt: skip
-
-
-@triton.jit
-def _select_row(
-    row, logits_ptr, row_stride, vocab, scale, group_ptr, n_groups, stat_ptr, chunks, k, soft, cand_ptr, lp_out,
-    ids_out, clock_ptr, G: tl.constexpr, GATHER: tl.constexpr, CP: tl.constexpr, GBLOCK: tl.constexpr,
-    CBLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr, DIVIDE: tl.constexpr, PROFILE: tl.constexpr,
-    COMPARE_MAX: tl.constexpr,
-):  # fmt: skip
     """Kernel 2's work for one row (see the module docstring)."""
+    row = tl.program_id(0)
     clock_row = clock_ptr + row * _SELECT_SLOTS
     stamp(clock_row, 0, PROFILE, True)
     stamp(clock_row, 1, PROFILE)
@@ -241,9 +222,10 @@ def _select_row(
     stamp(clock_row, 2, PROFILE)
     groups = group_ptr + row.to(tl.int64) * n_groups
     floor = row * 0 + _PAD_KEY  # with at most K groups every token is a candidate
-    if n_groups > k:
-        top, bottom, left = _select_top(groups, n_groups, k, GBLOCK, LOG_BINS)
-        _, floor = _compact_top(groups, n_groups, top, bottom, left, groups, GBLOCK)  # floor = tau
+    chose = n_groups > k
+    if chose:
+        top, bottom, left = _select_top(groups, n_groups, k, GBLOCK, LOG_BINS, KEYS=True)
+        floor = _choose_groups(groups, n_groups, top, bottom, left, GBLOCK)  # floor = tau
         tl.debug_barrier()
     stamp(clock_row, 3, PROFILE)
     total = tl.minimum(n_groups, k) * G  # tokens of the chosen groups
@@ -254,8 +236,9 @@ def _select_row(
     b0 = row * 0
     while b0 < total:
         inside = b0 + offs < total
-        group = tl.load(groups + (b0 + offs) // G, mask=inside, other=0) & 0xFFFFFFFF
-        ids = group.to(tl.int32) * G + (b0 + offs) % G
+        slot = (b0 + offs) // G  # the slot-th chosen group (every group when none were chosen)
+        group = tl.where(chose, tl.load(groups + slot, mask=inside & chose, other=0), slot)
+        ids = group * G + (b0 + offs) % G
         valid = inside & (ids < vocab)
         key = _order_key(_scale(tl.load(src + ids, mask=valid, other=0.0).to(tl.float32), scale, DIVIDE))
         live = valid & (key >= floor)
@@ -266,46 +249,35 @@ def _select_row(
         b0 += GATHER
     tl.debug_barrier()
     stamp(clock_row, 4, PROFILE)
-    _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP, COMPARE_MAX)  # one block
+    _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP)  # one block
     stamp(clock_row, 5, PROFILE)
     stamp(clock_row, 6, PROFILE, True)
 
 
 @triton.jit
-def _fence(FENCE: tl.constexpr):
-    """fence.acq_rel.gpu in every thread (CUDA; the interpreter runs programs one by one and needs none)."""
-    if FENCE:
-        tl.inline_asm_elementwise("fence.acq_rel.gpu;\nmov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False,
-                                  pack=1)  # fmt: skip
-
-
-@triton.jit(do_not_specialize=["vocab", "n_groups", "chunks", "k", "soft"])
-def _one_launch_kernel(
-    logits_ptr, row_stride, vocab, chunk_len, scale, group_ptr, n_groups, stat_ptr, chunks, k, soft, cand_ptr,
-    lp_out, ids_out, clock_ptr,
-    count_ptr,  # [R] int32, zero: chunks of each row scanned so far
-    TILE: tl.constexpr, G: tl.constexpr, DIVIDE: tl.constexpr, FAST: tl.constexpr, GATHER: tl.constexpr,
-    CP: tl.constexpr, GBLOCK: tl.constexpr, CBLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr,
-    FENCE: tl.constexpr, PROFILE: tl.constexpr = False, COMPARE_MAX: tl.constexpr = 64,
-):  # fmt: skip
-    """Both kernels in one launch: program (row, chunk) scans its chunk; the row's last chunk to finish
-    (a counter per row) runs the row's selection, so selections overlap other rows' scans instead of
-    waiting for a second launch. Every thread fences its stores before the count (release) and after it
-    (acquire), so the selecting program reads every chunk's entries."""
-    row = tl.program_id(0)
-    _scan_chunk(
-        row, tl.program_id(1), logits_ptr, row_stride, vocab, chunk_len, scale, group_ptr, n_groups, stat_ptr,
-        TILE, G, DIVIDE, FAST,
-    )  # fmt: skip
-    _fence(FENCE)
-    tl.debug_barrier()
-    scanned = tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu")
-    if scanned == chunks - 1:
-        _fence(FENCE)
-        _select_row(
-            row, logits_ptr, row_stride, vocab, scale, group_ptr, n_groups, stat_ptr, chunks, k, soft, cand_ptr,
-            lp_out, ids_out, clock_ptr, G, GATHER, CP, GBLOCK, CBLOCK, LOG_BINS, KP, DIVIDE, PROFILE, COMPARE_MAX,
-        )  # fmt: skip
+def _choose_groups(key_ptr, n, top, bottom, left, BLOCK: tl.constexpr):
+    """Write the indices of the groups `_select_top` chose over the front of their keys at key_ptr, in
+    group order (as topk._compact_top copies entries); returns tau, the smallest chosen key."""
+    offs = tl.arange(0, BLOCK)
+    n_sel = n * 0
+    n_tie = n * 0
+    tau = n * 0 + 2147483647
+    b0 = n * 0
+    ahead = tl.load(key_ptr + offs, mask=offs < n, other=_PAD_KEY)
+    while b0 < n:
+        m = b0 + offs < n
+        key = ahead
+        ahead = tl.load(key_ptr + b0 + BLOCK + offs, mask=b0 + BLOCK + offs < n, other=_PAD_KEY)
+        tie = (m & (key > bottom) & (key <= top)).to(tl.int32)
+        sel = m & ((key > top) | ((tie == 1) & (n_tie + tl.cumsum(tie, 0) - tie < left)))
+        pos = n_sel + tl.cumsum(sel.to(tl.int32), 0) - 1
+        tl.debug_barrier()  # every load of this block happens before any store into it
+        tl.store(key_ptr + pos, b0 + offs, mask=sel)
+        tau = tl.minimum(tau, tl.min(tl.where(sel, key, 2147483647), 0))
+        n_sel += tl.sum(sel.to(tl.int32), 0)
+        n_tie += tl.sum(tie, 0)
+        b0 += BLOCK
+    return tau
 
 
 def draft_topk(
@@ -321,21 +293,16 @@ def draft_topk(
     block: int | None = None,
     gather: int | None = None,
     log_bins: int = 6,
-    compare_ranks: bool = False,
-    one_launch: bool = False,
     clock: torch.Tensor | None = None,
 ) -> DraftTopK:
     """Top-k of `logits` [..., V] per row, equal to `tree.draft_topk(impl="reference")` (ids exactly).
 
     tile: logits per tile of the scan (a power of two, at least `group`); chunks: vocabulary chunks per row
     of the scan; group: tokens per group (a power of two >= 2); warps / select_warps: per program of kernel
-    1 / 2; block: the most group entries kernel 2 holds, or tokens it reads back, per step (a power of two;
-    a block that holds all of a row's groups keeps them in registers across the radix passes); gather: the
-    tokens read back per step alone (a power of two; default: block); compare_ranks: order the K winners by
-    all-pairs compares up to K = 256 (else tl.sort above K = 64); log_bins: the
-    radix digit of kernel 2's selections (1..8 bits); one_launch: both kernels in one launch (`_one_launch_kernel`: a
-    row's last scan program selects; select_warps warps per program). They change
-    only the speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph capturable.
+    1 / 2; block: the most group keys kernel 2 holds per step (a power of two; a block that holds all of a
+    row's groups keeps them in registers across the radix passes); gather: the tokens read back per step (a
+    power of two); log_bins: the radix digit of kernel 2's selections (1..8 bits). They change only the
+    speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph capturable.
     clock: an int64 CUDA tensor [rows, SELECT_SLOTS] that receives kernel 2's phase stamps, one
     row per logits row (`select_phase_times` reads them; ddbench.topk_tune's phases.csv).
     """
@@ -354,21 +321,22 @@ def draft_topk(
         return batched.draft_topk(logits, k, draft_temperature)
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     if rows.shape[0] > 0:
-        *plan, auto_select_warps = _plan(rows, k, tile, chunks, group)
-        launch = _Launch(warps, select_warps or auto_select_warps, block or _BLOCK, gather or block or _BLOCK,
-                         log_bins, 256 if compare_ranks else 64)  # fmt: skip
+        *plan, auto_warps, auto_gather = _plan(rows, k, tile, chunks, group)
+        launch = _Launch(warps, select_warps or auto_warps, block or _BLOCK, gather or auto_gather, log_bins)
         if clock is not None:
             check_clock(clock, rows.shape[0], SELECT_SLOTS)
-        _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, clock=clock, one_launch=one_launch)
+        _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, clock=clock)
     return DraftTopK(log_probs=log_probs.view(*lead, k), token_ids=token_ids.view(*lead, k))
 
 
 def _plan(rows: torch.Tensor, k: int, tile: int | None, chunks: int | None, group: int | None) -> tuple:
-    """(tile, chunk_len, chunks, group, select_warps): the given values, else group = the power of two
-    nearest sqrt(V / K) in [8, 256] (at most the tile), tiles of 2048 (fewer for a short row), chunks
-    enough for about 16 scan programs per SM, each at least one tile long, and 8 warps per selection
-    program while there are fewer than 4 rows per SM, 4 beyond (on an H200: 8 faster at 16 and 128 rows,
-    4 at 1,024; results/kernels/h200-2026-11-30/topk)."""
+    """(tile, chunk_len, chunks, group, select_warps, gather): the given values, else group = the power of
+    two nearest sqrt(V / K) in [8, 256] (at most the tile), tiles of 2048 (fewer for a short row), chunks
+    enough for about 16 scan programs per SM, each at least one tile long; while there are fewer than 4
+    rows per SM, 8 warps per selection program and all of the chosen groups read back in one step (up to
+    8,192 tokens), beyond that 4 warps and 1,024 tokens per step. On an H200, 8 warps were faster at 16
+    and 128 rows and 4 at 1,024 (results/kernels/h200-2026-11-30/topk); reading back 8,192 tokens per step
+    saved 0.2-1.9 us at 16 and 128 rows and cost 18-118 us at 1,024 (results/kernels/h200-2026-11-30c/topk)."""
     num_rows, vocab = rows.shape
     device = rows.device
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
@@ -380,7 +348,8 @@ def _plan(rows: torch.Tensor, k: int, tile: int | None, chunks: int | None, grou
         chunks = triton.cdiv(16 * sms, num_rows)
     chunks = max(1, min(chunks, triton.cdiv(vocab, tile)))
     chunk_len = triton.cdiv(triton.cdiv(vocab, chunks), tile) * tile
-    return tile, chunk_len, triton.cdiv(vocab, chunk_len), group, 8 if num_rows < 4 * sms else 4
+    few = num_rows < 4 * sms
+    return tile, chunk_len, triton.cdiv(vocab, chunk_len), group, 8 if few else 4, _GATHER_FEW if few else _BLOCK
 
 
 def _interpreted() -> bool:
@@ -390,12 +359,12 @@ def _interpreted() -> bool:
 
 
 def group_maxima(logits: torch.Tensor, k: int, draft_temperature: float) -> torch.Tensor:
-    """Kernel 1 alone, launched as `draft_topk` launches it: the group entries [rows, ceil(V / G)] (int64 key
-    << 32 | group index). ddbench.topk_tune times it to split a call's time between the two kernels."""
+    """Kernel 1 alone, launched as `draft_topk` launches it: each group's largest key [rows, ceil(V / G)]
+    (int32, topk.py's order key). ddbench.topk_tune times it to split a call's time between the two kernels."""
     vocab = logits.shape[-1]
     check_k(k, vocab)
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
-    *plan, _ = _plan(rows, k, None, None, None)
+    *plan, _, _ = _plan(rows, k, None, None, None)
     return _launch(rows, k, draft_temperature, plan, _Launch(), log_probs, token_ids, select=False)
 
 
@@ -404,10 +373,9 @@ class _Launch(NamedTuple):
 
     warps: int = 4  # per scan program
     select_warps: int = 8  # per selection program
-    block: int = _BLOCK  # group entries per step of the selection
+    block: int = _BLOCK  # group keys per step of the selection
     gather: int = _BLOCK  # tokens read back per step
     log_bins: int = 6  # radix digit bits
-    compare_max: int = 64  # rank the winners by compares up to this K, else by tl.sort
 
 
 def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
@@ -415,42 +383,29 @@ def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
     return phase_times(clock, SELECT_PHASES)
 
 
-def _launch(
-    rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_ids, select=True, clock=None, one_launch=False
-) -> torch.Tensor:
+def _launch(rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_ids, select=True, clock=None):
     tile, chunk_len, chunks, group = plan
-    warps, select_warps, block, gather, log_bins, compare_max = launch
+    warps, select_warps, block, gather, log_bins = launch
     num_rows, vocab = rows.shape
     device = rows.device
     n_groups = triton.cdiv(vocab, group)
     soft = max(2 * k, 256)
     gather = min(gather, triton.next_power_of_2(min(k, n_groups) * group))
-    groups = torch.empty((num_rows, n_groups), dtype=torch.int64, device=device)
+    groups = torch.empty((num_rows, n_groups), dtype=torch.int32, device=device)
     stats = torch.empty((num_rows, chunks, 2), dtype=torch.float32, device=device)
-    cand = torch.empty((num_rows, soft + gather), dtype=torch.int64, device=device)
     divide = device.type == "cpu"
     scale = float(np.float32(draft_temperature)) if divide else float(np.float32(1) / np.float32(draft_temperature))
-    fast = not divide and not _interpreted()
-    selection = dict(
-        G=group, GATHER=gather, CP=triton.next_power_of_2(chunks), GBLOCK=min(block, triton.next_power_of_2(n_groups)),
-        CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins, KP=triton.next_power_of_2(k), DIVIDE=divide,
-        PROFILE=clock is not None, COMPARE_MAX=compare_max, num_warps=select_warps,
-    )  # fmt: skip
-    if one_launch and select:
-        counts = torch.zeros(num_rows, dtype=torch.int32, device=device)
-        _one_launch_kernel[(num_rows, chunks)](
-            rows, rows.stride(0), vocab, chunk_len, scale, groups, n_groups, stats, chunks, k, soft, cand, log_probs,
-            token_ids, token_ids if clock is None else clock, counts, TILE=tile, FAST=fast, FENCE=fast, **selection,
-        )  # fmt: skip
-        return groups
     _scan_kernel[(num_rows, chunks)](
         rows, rows.stride(0), vocab, chunk_len, scale, groups, n_groups, stats,
-        TILE=tile, G=group, DIVIDE=divide, FAST=fast, num_warps=warps,
+        TILE=tile, G=group, DIVIDE=divide, FAST=not divide and not _interpreted(), num_warps=warps,
     )  # fmt: skip
     if not select:
         return groups
+    cand = torch.empty((num_rows, soft + gather), dtype=torch.int64, device=device)
     _select_kernel[(num_rows,)](
         rows, rows.stride(0), vocab, scale, groups, n_groups, stats, chunks, k, soft, cand, log_probs, token_ids,
-        token_ids if clock is None else clock, **selection,
+        token_ids if clock is None else clock, G=group, GATHER=gather, CP=triton.next_power_of_2(chunks),
+        GBLOCK=min(block, triton.next_power_of_2(n_groups)), CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins,
+        KP=triton.next_power_of_2(k), DIVIDE=divide, PROFILE=clock is not None, num_warps=select_warps,
     )  # fmt: skip
     return groups

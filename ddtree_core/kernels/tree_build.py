@@ -1,9 +1,10 @@
 """Triton twin of `tree.build_tree_from_topk`: one program builds one request's draft tree.
 
 The program runs the level-synchronous selection of batched.py (its docstring proves it equal to the
-best-first heap, ties included), with two changes that suit one streaming multiprocessor: it never
-sorts (one program's tl.sort or tl.topk of 2048 keys took 13-33 us on an H200), and it skips work
-that cannot matter. For the level below the kept nodes of depth d, with b the request's budget:
+best-first heap, ties included), with two changes that suit one streaming multiprocessor: it selects
+without sorting (one program's tl.sort or tl.topk of 2048 keys took 13-33 us on an H200) and sorts only
+the kept nodes (at most 1,024), and it skips work that cannot matter. For the level below the kept
+nodes of depth d, with b the request's budget:
 
   1. expand: candidate pairs (i, r), i = position of a kept depth-d node in its level, r < K a rank,
      with (i+1)(r+1) <= b (a static i-major table); score = score_i + log_prob[d, r] in float32;
@@ -12,11 +13,12 @@ that cannot matter. For the level below the kept nodes of depth d, with b the re
   2. select: the survivors are compacted into a scratch list in (i, r) order; if more than b
      survive, a radix selection over their keys (histograms, no sort) keeps the b smallest, equal
      keys in list order, which is the level order (key, i, r).
-  3. rank: each kept candidate's position is the number of kept candidates with a smaller
-     (key, i, r), counted by broadcast compares (b * b, no sort), or, when the kept keys never
-     decrease in (i, r) order (level 0 always: the root's children follow the best-first lists), its
-     place in the list; the level is appended, in that order, to a pool of all kept nodes
-     (depth-major, so pool order is (depth, position)).
+  3. order: the kept candidates are ordered by (key, i, r): by tl.sort of key << 32 | (i, r) up to
+     b = 1,024 (SORT_RANKS, the scores recomputed from the sorted pairs), else each one's position is
+     the number of kept candidates with a smaller (key, i, r), counted by broadcast compares (b * b);
+     when the kept keys never decrease in (i, r) order (level 0 always: the root's children follow
+     the best-first lists) the list is in order already. The level is appended, in that order, to a
+     pool of all kept nodes (depth-major, so pool order is (depth, position)).
   4. bound: a histogram of every kept key by its top bits (256 or 2048 buckets) gives the bucket where the
      kept count reaches b; keys beyond it are beaten by b kept nodes, and so are their children
      (a child's key is never smaller than its parent's), so the bound also cuts the parents of the
@@ -35,7 +37,7 @@ Worked example (tree.py's: K = 2, budget 4, log-probs a -0.1 b -2.5 | c -0.2 d -
     pool [root, a, b, a.c, a.d, b.c, b.d]; its 4 smallest keys: a, a.c, a.d, b -> nodes 1, 2, 3, 4
 
 Cost per level: one pass over the candidates (about b ln b), a few histogram passes only when more
-than b survive, and b * b compares for the ranks; levels that the bound empties cost nothing, so a
+than b survive, and a sort of b keys (or b * b compares); levels that the bound empties cost nothing, so a
 flat tree (uniform drafts) stops after a level or two.
 """
 
@@ -75,16 +77,19 @@ def _select_bucket(key_ptr, n, need, CHUNK: tl.constexpr, LOG_BINS: tl.constexpr
     Returns (lower, upper, left): exactly need - left keys are < lower, at least `left` keys lie in
     [lower, upper), and the first `left` of those, in array order, complete the `need` smallest.
     Each pass histograms the keys of the current bucket by their next LOG_BINS bits; it stops as
-    soon as the chosen bucket is taken whole or holds a single key value.
+    soon as the chosen bucket is taken whole or holds a single key value. Each block's load is issued
+    before the block ahead of it is counted.
     """
     BINS: tl.constexpr = 1 << LOG_BINS
     offs = tl.arange(0, CHUNK)
     lo = n * 0 + _I32_MAX
     hi = n * 0
     c0 = n * 0
+    ahead = tl.load(key_ptr + offs, mask=offs < n, other=0)
     while c0 < n:
         m = c0 + offs < n
-        key = tl.load(key_ptr + c0 + offs, mask=m, other=0)
+        key = ahead
+        ahead = tl.load(key_ptr + c0 + CHUNK + offs, mask=c0 + CHUNK + offs < n, other=0)
         block_lo, block_hi = min_max(tl.where(m, key, _I32_MAX), tl.where(m, key, 0))
         lo = tl.minimum(lo, block_lo)
         hi = tl.maximum(hi, block_hi)
@@ -97,9 +102,11 @@ def _select_bucket(key_ptr, n, need, CHUNK: tl.constexpr, LOG_BINS: tl.constexpr
         shift = tl.maximum(width - LOG_BINS, 0)
         hist = tl.zeros([BINS], tl.int32)
         c0 = n * 0
+        ahead = tl.load(key_ptr + offs, mask=offs < n, other=-1)
         while c0 < n:
             m = c0 + offs < n
-            rel = tl.load(key_ptr + c0 + offs, mask=m, other=-1) - base
+            rel = ahead - base
+            ahead = tl.load(key_ptr + c0 + CHUNK + offs, mask=c0 + CHUNK + offs < n, other=-1)
             inside = m & (rel >= 0) & ((rel >> width) == 0)
             hist += tl.histogram(rel >> shift, BINS, mask=inside)
             c0 += CHUNK
@@ -543,6 +550,9 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     results/kernels/h200-2026-11-30/build (at N = 256, batch 1: 36 against 61 us; at N = 1024: 259 against 676).
     6-bit radix digits were at least as fast as 8 in all 8 cells of results/kernels/h200-2026-11-30b/build
     (0.3-11 % faster; 186 against 210 us at batch 1, budget 256 on chain-like drafts).
+    Levels and final nodes are ordered by tl.sort (SORT_RANKS) up to N = 1024, by counted ranks above: the
+    sort was as fast at budget 16 and faster at 64..1024 in all 16 cells of results/kernels/h200-2026-11-30c
+    (batch 1, budget 256: 22.9 against 29.5 us; budget 1024: 124 against 202; chain-like: 132 against 175).
     """
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
@@ -559,6 +569,7 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "HIST_BINS": hist_bins,
         "HIST_SHIFT": 31 - (hist_bins.bit_length() - 1),  # keys < 2**31: bucket = key >> HIST_SHIFT
         "num_warps": 4 if n <= 128 else 8,
+        "SORT_RANKS": n <= pch,
     } | launch
 
 

@@ -46,10 +46,9 @@
 #               b15 (verify width 16, as DFLASH's block) and b128, 1 and 16 in flight
 #   gputests    pytest -m gpu (a minute; run it first: the new kernels have only run under the interpreter)
 #   kernels     the draft-side kernel benchmark (reference, torch, triton, or those in KERNEL_IMPLS, e.g.
-#               `KERNEL_IMPLS=triton,triton-trial bash results/sglang/h200.sh serve kernels`, triton-trial being the
-#               round with the launches under trial, kernel_bench.TRIAL_LAUNCHES; and torch, triton on sharper,
-#               chain-like drafts: --logit-scale 12), the top-K and the tree-build launch sweeps (with the build's
-#               per-phase times, phases.csv)
+#               `KERNEL_IMPLS=triton bash results/sglang/h200.sh serve kernels`; and torch, triton or SHARP_IMPLS
+#               on sharper, chain-like drafts: --logit-scale 12), the top-K and the tree-build launch sweeps (with
+#               their per-phase times, phases.csv)
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
 #   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
 #               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
@@ -267,7 +266,7 @@ sweeps)
         # stamps; the scan, group, warps, block and digit were tuned before (results/kernels/h200-2026-11-30*)
         python3 -m ddbench.topk_tune --out "$W/runs/topk" --vocabs 152064 --tiles 2048 --chunks 16 --warps 4 \
           --groups "" --select-warps "" --blocks "" --log-bins "" > "$W/runs/topk_tune.log" 2>&1
-        # the build's default, SORT_RANKS, the depth limits and the phase stamps (the other launch keys were tuned
+        # the build's default, counted ranks, the depth limits and the phase stamps (the other launch keys were tuned
         # before: build_tune's defaults sweep them)
         python3 -m ddbench.build_tune --out "$W/runs/build" --warps "" --hist-bins "" --log-bins "" --qch "" \
           --chunk "" > "$W/runs/build_tune.log" 2>&1
