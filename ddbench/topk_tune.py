@@ -6,14 +6,15 @@ and the group-maxima kernel (topk_radix.py), on the same cells.
 
 The launch parameters change only the speed. Fused `draft_topk(tile=, chunks=, warps=)`: tile is the logits one
 program scans per step, chunks the vocabulary slices per row (more programs, then a merge kernel), warps those of
-one scan program. Radix `draft_topk(tile=, chunks=, warps=, group=, select_warps=, block=, gather=, log_bins=)`:
-the same three for its scan, group the tokens per group maximum, select_warps those of its per-row selection
-program, block and log_bins the group keys per step and radix digit of that program (a block that holds all
-groups keeps them in registers), gather its read-back step.
+one scan program. Radix `draft_topk(tile=, chunks=, warps=, group=, select_warps=, block=, gather=, log_bins=,
+scan_registers=, select_registers=)`: the same three for its scan, group the tokens per group maximum,
+select_warps those of its per-row selection program, block and log_bins the group keys per step and radix digit
+of that program (a block that holds all groups keeps them in registers), gather its read-back step, and the
+register caps per thread of the scan and the selection (more programs per SM, some registers spilled).
 For every (batch, vocab, K) cell it times, as CUDA-graph replays (CUDA events; host clock on a CPU): the fused
 default ("auto") and every (tile, chunks, warps) launch, then the radix default, every radix (tile, chunks,
 warps) launch with the default group, every (group, select_warps) and every (block, log_bins) launch with the
-default scan, every gather; and "radix-scan",
+default scan, every gather, every register cap on the scan, the selection and both; and "radix-scan",
 the radix default's first kernel alone (its group maxima checked against torch's), which splits the radix
 time between the scan and the per-row selection. Each
 launch's lists are checked against the fused default's (ids exactly, log-probs within 1e-5: the logsumexps sum
@@ -38,20 +39,23 @@ import typer
 from ddbench.kernel_bench import parse_ints, tune_row
 
 LENGTH = 16
-PARAMS = ("tile", "chunks", "warps", "group", "select_warps", "block", "gather", "log_bins")
+PARAMS = ("tile", "chunks", "warps", "group", "select_warps", "block", "gather", "log_bins", "scan_registers",
+          "select_registers")
 COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "equal", "note")
 PHASE_COLUMNS = ("batch", "vocab", "k", "phase", "us")
 BEST_COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "auto_us", "fused_auto_us")
 
 
 def launches(
-    tiles, chunk_counts, warp_counts, groups, select_warps, blocks=(), log_bins=(), gathers=()
+    tiles, chunk_counts, warp_counts, groups, select_warps, blocks=(), log_bins=(), gathers=(), registers=()
 ) -> list[tuple[str, dict]]:
     """(method, keyword arguments) of every launch of a cell, each method's default ({}) first."""
     scan = [{"tile": t, "chunks": c, "warps": w} for t in tiles for c in chunk_counts for w in warp_counts]
     select = [{"group": g, "select_warps": w} for g in groups for w in select_warps]
     select += [{"block": b, "log_bins": n} for b in blocks for n in log_bins]
     select += [{"gather": g} for g in gathers]
+    select += [{key: r} for r in registers for key in ("scan_registers", "select_registers")]
+    select += [{"scan_registers": r, "select_registers": r} for r in registers]
     return ([("fused", {})] + [("fused", kw) for kw in scan] + [("radix", {}), ("radix-scan", {})]
             + [("radix", kw) for kw in scan + select])  # fmt: skip
 
@@ -69,6 +73,7 @@ def run(
     blocks: list[int] = (),
     log_bins: list[int] = (),
     gathers: list[int] = (),
+    registers: list[int] = (),
 ) -> list[dict]:
     from ddtree_core.kernels import topk, topk_radix
 
@@ -81,7 +86,9 @@ def run(
             logits = torch.randn(batch, LENGTH, vocab, device=device, generator=None).bfloat16() * 4
             for k in ks:
                 expected = topk.draft_topk(logits, k, 1.0)
-                grid = launches(tiles, chunk_counts, warp_counts, groups, select_warps, blocks, log_bins, gathers)
+                grid = launches(
+                    tiles, chunk_counts, warp_counts, groups, select_warps, blocks, log_bins, gathers, registers
+                )
                 for method, kwargs in grid:
                     fn = methods[method]
                     applies = PARAMS if method.startswith("radix") else PARAMS[:3]
@@ -193,13 +200,16 @@ def main(
     gathers: Annotated[
         str, typer.Option(help="Read-back tokens per step of the radix selection to try (groups' block: default).")
     ] = "2048,4096,8192",
+    registers: Annotated[
+        str, typer.Option(help="Register caps per thread (maxnreg) of the radix scan, its selection, and both.")
+    ] = "64,80,96",
 ) -> None:
     """Time every launch of the fused and the radix top-K on the same cells; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    texts = (batches, vocabs, ks, tiles, chunks, warps, groups, select_warps, blocks, log_bins, gathers)
+    texts = (batches, vocabs, ks, tiles, chunks, warps, groups, select_warps, blocks, log_bins, gathers, registers)
     if smoke:
-        texts = ("1,2", "300", "4", "64,128", "1,2", "4", "8", "4", "64", "8", "32")
+        texts = ("1,2", "300", "4", "64,128", "1,2", "4", "8", "4", "64", "8", "32", "64")
     run(out, *(list(parse_ints(text) or ()) for text in texts))  # "" tries none (--groups "")
 
 

@@ -15,9 +15,10 @@ pytest.importorskip("triton")
 ARCHS = [90, 100]  # H100 / H200, B200 / RTX PRO 6000 class (sm_120 shares ptxas-blackwell)
 
 
-def compile_for(kernel, arch: int, pointers: dict[str, str], constexprs: dict, warps: int = 4):
+def compile_for(kernel, arch: int, pointers: dict[str, str], constexprs: dict, warps: int = 4, registers=None):
     """triton.compile of `kernel` for sm_`arch`: pointers maps pointer parameters to Triton types, the
-    constexprs their values (parameters with defaults keep them), every other parameter is an int32 scalar."""
+    constexprs their values (parameters with defaults keep them), every other parameter is an int32 scalar;
+    registers: a cap per thread (maxnreg)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -28,7 +29,23 @@ def compile_for(kernel, arch: int, pointers: dict[str, str], constexprs: dict, w
     constexprs = {n: v for n, v in defaults.items() if n not in pointers} | constexprs  # as a launch leaves them
     signature = {n: pointers.get(n, "constexpr" if n in constexprs else "i32") for n in names}
     source = ASTSource(kernel, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()})
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
+    options = {"num_warps": warps} | ({"maxnreg": registers} if registers else {})
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def registers_used(compiled) -> int:
+    """The registers per thread of a compiled kernel, by the cuobjdump that ships with Triton."""
+    import re
+    import tempfile
+
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        usage = subprocess.run([tool, "--dump-resource-usage", cubin.name], capture_output=True, text=True, check=True)
+    return int(re.search(r"REG:(\d+)", usage.stdout).group(1))
 
 
 def profiled_build(arch: int) -> None:
@@ -63,6 +80,15 @@ def radix_topk(arch: int) -> None:
          "DIVIDE": False, "PROFILE": True}, warps=8,
     )  # fmt: skip
     assert "%globaltimer" in select.asm["ptx"] and select.asm["cubin"]
+    # the register cap (draft_topk's select_registers) reaches ptxas: the default launch at 64 requests,
+    # K = 64 needs more than 64 registers a thread, capped it uses 64
+    launch = ({"logits_ptr": "*bf16", "group_ptr": "*i32", "stat_ptr": "*fp32", "cand_ptr": "*i64", "lp_out": "*fp32",
+               "ids_out": "*i64", "clock_ptr": "*i64"},
+              {"G": 64, "GATHER": 1024, "CP": 4, "GBLOCK": 1024, "CBLOCK": 256, "LOG_BINS": 6, "KP": 64,
+               "DIVIDE": False})  # fmt: skip
+    free = registers_used(compile_for(topk_radix._select_kernel, arch, *launch))
+    capped = registers_used(compile_for(topk_radix._select_kernel, arch, *launch, registers=64))
+    assert free > 64 and capped == 64, (free, capped)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

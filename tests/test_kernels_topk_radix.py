@@ -109,6 +109,13 @@ def test_selection_block_and_digit_change_only_the_speed(kind, block, log_bins):
     assert_topk_equal(out, draft_topk(logits, 37, impl="reference"))
 
 
+def test_register_caps_change_only_the_speed():
+    """Capped registers (spilled on the GPU; the interpreter takes the cap and ignores it) keep the lists."""
+    logits = radix_logits("ties", (1, 2, 1500), torch.Generator().manual_seed(24)).to(DEVICE)
+    out = topk_radix.draft_topk(logits, 37, 1.0, group=8, tile=256, chunks=2, scan_registers=32, select_registers=40)
+    assert_topk_equal(out, draft_topk(logits, 37, impl="reference"))
+
+
 @pytest.mark.parametrize("gather", [8, 64, 4096])
 def test_read_back_step_changes_only_the_speed(gather):
     logits = radix_logits("ties", (1, 2, 1500), torch.Generator().manual_seed(gather)).to(DEVICE)
@@ -183,8 +190,8 @@ def test_empty_batch_and_bad_arguments():
     assert out.token_ids.shape == out.log_probs.shape == (0, 4, 3)
     logits = torch.zeros(1, 2, 50, device=DEVICE)
     for bad in ({"tile": 48}, {"group": 1}, {"group": 12}, {"tile": 8, "group": 16}, {"block": 100}, {"gather": 3},
-                {"log_bins": 0}, {"log_bins": 9}):  # fmt: skip
-        with pytest.raises(ValueError, match="tile|group|block|gather|log_bins"):
+                {"log_bins": 0}, {"log_bins": 9}, {"scan_registers": 16}, {"select_registers": 256}):  # fmt: skip
+        with pytest.raises(ValueError, match="tile|group|block|gather|log_bins|registers"):
             topk_radix.draft_topk(logits, 3, 1.0, **bad)
     with pytest.raises(ValueError, match="k"):
         topk_radix.draft_topk(logits, 51, 1.0)

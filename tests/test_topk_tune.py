@@ -13,19 +13,21 @@ def test_sweep_checks_every_launch_of_both_kernels_against_the_fused_default(tmp
     monkeypatch.setattr(topk_tune, "LENGTH", 2)  # rows per request: 2 keep the interpreter quick
     rows = topk_tune.run(tmp_path, batches=[1], vocabs=[200], ks=[3], tiles=[64], chunk_counts=[1, 2],
                          warp_counts=[4, 2], groups=[8, 16], select_warps=[4], blocks=[64], log_bins=[8],
-                         gathers=[32])  # fmt: skip
+                         gathers=[32], registers=[64])  # fmt: skip
     a = "auto"
     assert [(r["method"], *(r[p] for p in topk_tune.PARAMS)) for r in rows] == [
-        ("fused", a, a, a, "", "", "", "", ""),
-        ("fused", 64, 1, 4, "", "", "", "", ""), ("fused", 64, 1, 2, "", "", "", "", ""),
-        ("fused", 64, 2, 4, "", "", "", "", ""), ("fused", 64, 2, 2, "", "", "", "", ""),
-        ("radix", a, a, a, a, a, a, a, a),
-        ("radix-scan", a, a, a, a, a, a, a, a),
-        ("radix", 64, 1, 4, a, a, a, a, a), ("radix", 64, 1, 2, a, a, a, a, a),
-        ("radix", 64, 2, 4, a, a, a, a, a), ("radix", 64, 2, 2, a, a, a, a, a),
-        ("radix", a, a, a, 8, 4, a, a, a), ("radix", a, a, a, 16, 4, a, a, a),
-        ("radix", a, a, a, a, a, 64, a, 8),
-        ("radix", a, a, a, a, a, a, 32, a),
+        ("fused", a, a, a, "", "", "", "", "", "", ""),
+        ("fused", 64, 1, 4, "", "", "", "", "", "", ""), ("fused", 64, 1, 2, "", "", "", "", "", "", ""),
+        ("fused", 64, 2, 4, "", "", "", "", "", "", ""), ("fused", 64, 2, 2, "", "", "", "", "", "", ""),
+        ("radix", a, a, a, a, a, a, a, a, a, a),
+        ("radix-scan", a, a, a, a, a, a, a, a, a, a),
+        ("radix", 64, 1, 4, a, a, a, a, a, a, a), ("radix", 64, 1, 2, a, a, a, a, a, a, a),
+        ("radix", 64, 2, 4, a, a, a, a, a, a, a), ("radix", 64, 2, 2, a, a, a, a, a, a, a),
+        ("radix", a, a, a, 8, 4, a, a, a, a, a), ("radix", a, a, a, 16, 4, a, a, a, a, a),
+        ("radix", a, a, a, a, a, 64, a, 8, a, a),
+        ("radix", a, a, a, a, a, a, 32, a, a, a),
+        ("radix", a, a, a, a, a, a, a, a, 64, a), ("radix", a, a, a, a, a, a, a, a, a, 64),
+        ("radix", a, a, a, a, a, a, a, a, 64, 64),
     ]  # fmt: skip
     assert all(r["equal"] is True and r["us"] > 0 for r in rows), [r["note"] for r in rows]
     with open(tmp_path / "best.csv") as stream:
@@ -41,7 +43,7 @@ def test_sweep_checks_every_launch_of_both_kernels_against_the_fused_default(tmp
 
 def test_best_ignores_unequal_or_failed_launches():
     def row(method, tile, chunks, warps, group, us, equal):
-        radix_params = ("select_warps", "block", "gather", "log_bins")
+        radix_params = ("select_warps", "block", "gather", "log_bins", "scan_registers", "select_registers")
         radix = {p: "" if group == "" else "auto" for p in radix_params}
         return {"method": method, "batch": 1, "vocab": 9, "k": 2, "tile": tile, "chunks": chunks, "warps": warps,
                 "group": group, **radix, "us": us, "equal": equal}  # fmt: skip
@@ -56,10 +58,12 @@ def test_best_ignores_unequal_or_failed_launches():
     ]
     assert topk_tune.best_rows(rows) == [
         {"method": "fused", "batch": 1, "vocab": 9, "k": 2, "tile": 128, "chunks": 1, "warps": 8, "group": "",
-         "select_warps": "", "block": "", "gather": "", "log_bins": "", "us": 3.0, "auto_us": 5.0,
+         "select_warps": "", "block": "", "gather": "", "log_bins": "", "scan_registers": "", "select_registers": "",
+         "us": 3.0, "auto_us": 5.0,
          "fused_auto_us": 5.0},
         {"method": "radix", "batch": 1, "vocab": 9, "k": 2, "tile": "auto", "chunks": "auto", "warps": "auto",
-         "group": 32, "select_warps": "auto", "block": "auto", "gather": "auto", "log_bins": "auto", "us": 2.0,
+         "group": 32, "select_warps": "auto", "block": "auto", "gather": "auto", "log_bins": "auto",
+         "scan_registers": "auto", "select_registers": "auto", "us": 2.0,
          "auto_us": 4.0, "fused_auto_us": 5.0},
     ]  # fmt: skip
 

@@ -293,6 +293,8 @@ def draft_topk(
     block: int | None = None,
     gather: int | None = None,
     log_bins: int = 6,
+    scan_registers: int | None = None,
+    select_registers: int | None = None,
     clock: torch.Tensor | None = None,
 ) -> DraftTopK:
     """Top-k of `logits` [..., V] per row, equal to `tree.draft_topk(impl="reference")` (ids exactly).
@@ -301,8 +303,12 @@ def draft_topk(
     of the scan; group: tokens per group (a power of two >= 2); warps / select_warps: per program of kernel
     1 / 2; block: the most group keys kernel 2 holds per step (a power of two; a block that holds all of a
     row's groups keeps them in registers across the radix passes); gather: the tokens read back per step (a
-    power of two); log_bins: the radix digit of kernel 2's selections (1..8 bits). They change only the
-    speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph capturable.
+    power of two); log_bins: the radix digit of kernel 2's selections (1..8 bits); scan_registers /
+    select_registers: a cap on each thread's registers in kernel 1 / 2 (Triton's maxnreg, 24..255), which
+    lets an SM hold more programs at once for some spilled registers (by ptxas for sm_90a, the default
+    launch at 64 requests and K = 64: the scan needs 123 and the 4-warp selection 119, so an SM holds 4
+    of either; capped at 64, 8 of them, with 88 / 172 bytes spilled). They change only the speed
+    (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph capturable.
     clock: an int64 CUDA tensor [rows, SELECT_SLOTS] that receives kernel 2's phase stamps, one
     row per logits row (`select_phase_times` reads them; ddbench.topk_tune's phases.csv).
     """
@@ -313,6 +319,9 @@ def draft_topk(
             raise ValueError(f"{name} must be a power of two >= 2, got {value}")
     if not 1 <= log_bins <= 8:
         raise ValueError(f"log_bins must be in [1, 8], got {log_bins}")
+    for name, value in (("scan_registers", scan_registers), ("select_registers", select_registers)):
+        if value is not None and not 24 <= value <= 255:
+            raise ValueError(f"{name} must be in [24, 255], got {value}")
     if tile is not None and group is not None and tile < group:
         raise ValueError(f"tile ({tile}) must be at least group ({group})")
     if k > MAX_K:
@@ -322,7 +331,8 @@ def draft_topk(
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     if rows.shape[0] > 0:
         *plan, auto_warps, auto_gather = _plan(rows, k, tile, chunks, group)
-        launch = _Launch(warps, select_warps or auto_warps, block or _BLOCK, gather or auto_gather, log_bins)
+        launch = _Launch(warps, select_warps or auto_warps, block or _BLOCK, gather or auto_gather, log_bins,
+                         scan_registers, select_registers)  # fmt: skip
         if clock is not None:
             check_clock(clock, rows.shape[0], SELECT_SLOTS)
         _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, clock=clock)
@@ -376,6 +386,8 @@ class _Launch(NamedTuple):
     block: int = _BLOCK  # group keys per step of the selection
     gather: int = _BLOCK  # tokens read back per step
     log_bins: int = 6  # radix digit bits
+    scan_registers: int | None = None  # per-thread register cap of kernel 1 (maxnreg; None: the compiler's)
+    select_registers: int | None = None  # the same for kernel 2
 
 
 def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
@@ -385,7 +397,7 @@ def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
 
 def _launch(rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_ids, select=True, clock=None):
     tile, chunk_len, chunks, group = plan
-    warps, select_warps, block, gather, log_bins = launch
+    warps, select_warps, block, gather, log_bins, scan_registers, select_registers = launch
     num_rows, vocab = rows.shape
     device = rows.device
     n_groups = triton.cdiv(vocab, group)
@@ -398,6 +410,7 @@ def _launch(rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_
     _scan_kernel[(num_rows, chunks)](
         rows, rows.stride(0), vocab, chunk_len, scale, groups, n_groups, stats,
         TILE=tile, G=group, DIVIDE=divide, FAST=not divide and not _interpreted(), num_warps=warps,
+        **_register_cap(scan_registers),
     )  # fmt: skip
     if not select:
         return groups
@@ -407,5 +420,11 @@ def _launch(rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_
         token_ids if clock is None else clock, G=group, GATHER=gather, CP=triton.next_power_of_2(chunks),
         GBLOCK=min(block, triton.next_power_of_2(n_groups)), CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins,
         KP=triton.next_power_of_2(k), DIVIDE=divide, PROFILE=clock is not None, num_warps=select_warps,
+        **_register_cap(select_registers),
     )  # fmt: skip
     return groups
+
+
+def _register_cap(registers: int | None) -> dict:
+    """The launch option that caps a thread's registers (none: the compiler chooses)."""
+    return {} if registers is None else {"maxnreg": registers}

@@ -262,10 +262,11 @@ sweeps)
           > "$W/runs/kernel_bench.log" 2>&1
         python3 -m ddbench.kernel_bench --out "$W/runs/kernels-sharp" --impls "${SHARP_IMPLS:-torch,triton}" \
           --logit-scale 12 > "$W/runs/kernel_bench-sharp.log" 2>&1
-        # the radix selection's launches under trial (read-back step, compare ranks, one launch) and its phase
-        # stamps; the scan, group, warps, block and digit were tuned before (results/kernels/h200-2026-11-30*)
-        python3 -m ddbench.topk_tune --out "$W/runs/topk" --vocabs 152064 --tiles 2048 --chunks 16 --warps 4 \
-          --groups "" --select-warps "" --blocks "" --log-bins "" > "$W/runs/topk_tune.log" 2>&1
+        # the register caps of the radix scan and selection (more programs per SM) and the selection's phase
+        # stamps; the scan, group, warps, block, digit and read-back were tuned before (results/kernels/h200-*)
+        python3 -m ddbench.topk_tune --out "$W/runs/topk" --vocabs 152064 --tiles "" --chunks "" --warps "" \
+          --groups "" --select-warps "" --blocks "" --log-bins "" --gathers "" --registers 64,80,96 \
+          > "$W/runs/topk_tune.log" 2>&1
         # the build's default, counted ranks, the depth limits and the phase stamps (the other launch keys were tuned
         # before: build_tune's defaults sweep them)
         python3 -m ddbench.build_tune --out "$W/runs/build" --warps "" --hist-bins "" --log-bins "" --qch "" \
