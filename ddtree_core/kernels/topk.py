@@ -164,26 +164,28 @@ def _select_top(entry_ptr, n, need, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr,
 
 
 @triton.jit
-def _compact_top(entry_ptr, n, top, bottom, left, dst_ptr, BLOCK: tl.constexpr):
+def _compact_top(entry_ptr, n, top, bottom, left, dst_ptr, BLOCK: tl.constexpr, KEYS: tl.constexpr = False):
     """Copy what `_select_top` chose, in list order, to dst (which may be the source); returns
-    (count, smallest key copied). A block's copies land before its end, so the next block's load may
-    be issued first."""
+    (count, smallest key copied). KEYS: the list holds int32 keys, and what is copied is each chosen
+    key's place in it. A block's copies land before its end, so the next block's load may be issued
+    first."""
     offs = tl.arange(0, BLOCK)
     n_sel = n * 0
     n_tie = n * 0
     kth = n * 0 + _I32_MAX
     b0 = n * 0
-    ahead = tl.load(entry_ptr + offs, mask=offs < n, other=_PAD)
+    pad = _NAN_KEY - 1 if KEYS else _PAD
+    ahead = tl.load(entry_ptr + offs, mask=offs < n, other=pad)
     while b0 < n:
         m = b0 + offs < n
         entry = ahead
-        ahead = tl.load(entry_ptr + b0 + BLOCK + offs, mask=b0 + BLOCK + offs < n, other=_PAD)
-        key = entry >> 32
+        ahead = tl.load(entry_ptr + b0 + BLOCK + offs, mask=b0 + BLOCK + offs < n, other=pad)
+        key = entry if KEYS else entry >> 32
         tie = (m & (key > bottom) & (key <= top)).to(tl.int32)
         sel = m & ((key > top) | ((tie == 1) & (n_tie + tl.cumsum(tie, 0) - tie < left)))
         pos = n_sel + tl.cumsum(sel.to(tl.int32), 0) - 1
         tl.debug_barrier()  # every load of this block happens before any store into it
-        tl.store(dst_ptr + pos, entry, mask=sel)
+        tl.store(dst_ptr + pos, b0 + offs if KEYS else entry, mask=sel)
         kth = tl.minimum(kth, tl.min(tl.where(sel, key, _I32_MAX), 0).to(tl.int32))
         n_sel += tl.sum(sel.to(tl.int32), 0)
         n_tie += tl.sum(tie, 0)

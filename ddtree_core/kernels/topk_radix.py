@@ -66,6 +66,7 @@ from ddtree_core.kernels.topk import (
     _FLT_MAX,
     _NINF_KEY,
     _chunks_logsumexp,
+    _compact_top,
     _entry,
     _key_value,
     _order_key,
@@ -225,7 +226,7 @@ def _select_kernel(
     chose = n_groups > k
     if chose:
         top, bottom, left = _select_top(groups, n_groups, k, GBLOCK, LOG_BINS, KEYS=True)
-        floor = _choose_groups(groups, n_groups, top, bottom, left, GBLOCK)  # floor = tau
+        _, floor = _compact_top(groups, n_groups, top, bottom, left, groups, GBLOCK, KEYS=True)  # floor = tau
         tl.debug_barrier()
     stamp(clock_row, 3, PROFILE)
     total = tl.minimum(n_groups, k) * G  # tokens of the chosen groups
@@ -252,32 +253,6 @@ def _select_kernel(
     _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP)  # one block
     stamp(clock_row, 5, PROFILE)
     stamp(clock_row, 6, PROFILE, True)
-
-
-@triton.jit
-def _choose_groups(key_ptr, n, top, bottom, left, BLOCK: tl.constexpr):
-    """Write the indices of the groups `_select_top` chose over the front of their keys at key_ptr, in
-    group order (as topk._compact_top copies entries); returns tau, the smallest chosen key."""
-    offs = tl.arange(0, BLOCK)
-    n_sel = n * 0
-    n_tie = n * 0
-    tau = n * 0 + 2147483647
-    b0 = n * 0
-    ahead = tl.load(key_ptr + offs, mask=offs < n, other=_PAD_KEY)
-    while b0 < n:
-        m = b0 + offs < n
-        key = ahead
-        ahead = tl.load(key_ptr + b0 + BLOCK + offs, mask=b0 + BLOCK + offs < n, other=_PAD_KEY)
-        tie = (m & (key > bottom) & (key <= top)).to(tl.int32)
-        sel = m & ((key > top) | ((tie == 1) & (n_tie + tl.cumsum(tie, 0) - tie < left)))
-        pos = n_sel + tl.cumsum(sel.to(tl.int32), 0) - 1
-        tl.debug_barrier()  # every load of this block happens before any store into it
-        tl.store(key_ptr + pos, b0 + offs, mask=sel)
-        tau = tl.minimum(tau, tl.min(tl.where(sel, key, 2147483647), 0))
-        n_sel += tl.sum(sel.to(tl.int32), 0)
-        n_tie += tl.sum(tie, 0)
-        b0 += BLOCK
-    return tau
 
 
 def draft_topk(
