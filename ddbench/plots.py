@@ -8,6 +8,9 @@
 - depth_acceptance.png: P(accept depth d | reached d - 1) per method setting;
   (these two are the drafter's and the tree's, not the load's: each shows only the lowest concurrency of
   every setting and temperature, which keeps a large sweep's panels readable);
+- acceptance_vs_depth_limit.png, speedup_vs_depth_limit.png (sweeps of --depths): DDTree tau / speedup vs
+  the depth limit ("auto" last), one line per budget, drafter temperature, temperature and concurrency
+  (dashed: trees that hold the chain), DFLASH as dotted lines;
 - cost.png (`plot_cost`, a `ddbench cost` folder): verify time vs tree width per batch size, with floors.
 
 DDTree lines are drawn per (temperature, concurrency, depth limit, draft temperature, held chain) series.
@@ -39,6 +42,8 @@ def plot_all(rows: Sequence[CellSummary], results: Sequence[CellResult], out_dir
         ("throughput_vs_concurrency.png", _throughput),
         ("accept_histograms.png", _histograms),
         ("depth_acceptance.png", _depth_curves),
+        ("acceptance_vs_depth_limit.png", lambda ax, d: _versus_depth_limit(ax, d, "acceptance_length", "tau")),
+        ("speedup_vs_depth_limit.png", lambda ax, d: _versus_depth_limit(ax, d, "speedup_vs_ar", "speedup vs AR")),
     ]
     written = []
     for name, draw in views:
@@ -98,6 +103,36 @@ def _versus_budget(ax, rows: Sequence[CellSummary], field: str, label: str, star
         ax.set_xlabel("node budget")
         ax.set_ylabel(label)
     return bool(trees)
+
+
+def _versus_depth_limit(ax, rows: Sequence[CellSummary], field: str, label: str) -> bool:
+    """DDTree `field` against the depth limit, drawn when the rows hold two limits or more (None, the
+    drafter's whole block, is "auto", placed last)."""
+    trees = [row for row in rows if row.method == "ddtree" and getattr(row, field) is not None]
+    limits = sorted({row.max_depth for row in trees if row.max_depth is not None})
+    limits += [None] if any(row.max_depth is None for row in trees) else []
+    if len(limits) < 2:
+        return False
+    place = {limit: index for index, limit in enumerate(limits)}
+    name = lambda row: (  # noqa: E731
+        f"b{row.budget} dt={1.0 if row.draft_temperature is None else row.draft_temperature:g} "
+        f"T={row.temperature:g} c={row.concurrency}"
+    )
+    colors: dict[str, str] = {}
+    for series, held in dict.fromkeys((name(row), bool(row.hold_chain)) for row in trees):
+        points = sorted((place[row.max_depth], getattr(row, field)) for row in trees
+                        if (name(row), bool(row.hold_chain)) == (series, held))  # fmt: skip
+        color = colors.setdefault(series, f"C{len(colors)}")
+        ax.plot(*zip(*points), marker="o", color=color, linestyle="--" if held else "-",
+                label=f"DDTree{'+chain' if held else ''} {series}")  # fmt: skip
+    for row in rows:
+        if row.method == "dflash" and getattr(row, field) is not None:
+            ax.axhline(getattr(row, field), color="k", linestyle=":",
+                       label=f"DFLASH T={row.temperature:g} c={row.concurrency}")  # fmt: skip
+    ax.set_xticks(range(len(limits)), ["auto" if limit is None else str(limit) for limit in limits])
+    ax.set_xlabel("depth limit")
+    ax.set_ylabel(label)
+    return True
 
 
 def _throughput(ax, rows: Sequence[CellSummary]) -> bool:
@@ -210,9 +245,11 @@ def _legend_below(fig, axes) -> None:
             entries.setdefault(label, handle)
     if not entries:
         return
-    columns = min(len(entries), 3 * len(axes))
-    rows = -(-len(entries) // columns)
     width, height = fig.get_size_inches()
+    # as many columns as fit the figure's width at 7 points: about 4 points a character and 30 for the handle
+    fit = int(width * 72 // (4 * max(map(len, entries)) + 30))
+    columns = max(1, min(len(entries), 3 * len(axes), fit))
+    rows = -(-len(entries) // columns)
     extra = 0.22 * rows + 0.2
     fig.set_size_inches(width, height + extra)
     fig.legend(list(entries.values()), list(entries), loc="lower center", ncol=columns, fontsize=7, frameon=False)
