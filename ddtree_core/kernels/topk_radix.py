@@ -22,9 +22,9 @@ Kernel 2, one program per row:
     (topk._shrink, which raises the floor);
   - selects the K best of the list, merges the chunks' (max, exp-sum) pairs and writes the K winners
     best first (topk._write_ranked).
-(Tried on an H200 and dropped, results/kernels/h200-2026-11-30c/topk: both kernels in one launch, a row's
-last scan program selecting behind a per-row atomic count, 7-60 % slower; the winners ranked by
-all-pairs compares up to K = 256, as fast or slower than tl.sort above K = 64.)
+(Tried on an H200 and dropped, results/kernels/h200-2026-11-30c: both kernels in one launch, a row's last
+scan program selecting behind a per-row atomic count, 9-73 % slower at vocab 152,064; the winners ranked
+by all-pairs compares up to K = 256, as fast or slower than tl.sort above K = 64.)
 G near sqrt(V / K) balances the two costs of kernel 2: V / G group keys to select from, K * G tokens to
 read back (G = 64 for V = 152064 and K = 64).
 
