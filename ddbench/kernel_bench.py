@@ -411,10 +411,7 @@ def main(
     batches: Annotated[str | None, typer.Option(help="Comma list (default 1,8,32,64).")] = None,
     budgets: Annotated[str | None, typer.Option(help="Comma list (default 16,64,256,1024).")] = None,
     vocabs: Annotated[str | None, typer.Option(help="Comma list (default 32000,152064).")] = None,
-    impls: Annotated[
-        str | None,
-        typer.Option(help="Comma list (default reference,torch,triton)."),
-    ] = None,
+    impls: Annotated[str | None, typer.Option(help="Comma list (default reference,torch,triton).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the draft logits.")] = 0,
     logit_scale: Annotated[
         float, typer.Option(help="Draft logits = randn x this (bf16): 4 gives bushy trees, 12 chain-like ones.")

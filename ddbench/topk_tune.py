@@ -194,11 +194,11 @@ def main(
     groups: Annotated[str, typer.Option(help="Tokens per group of the radix kernel to try.")] = "32,64,128",
     select_warps: Annotated[str, typer.Option(help="Warps per radix selection program to try.")] = "1,2,4,8",
     blocks: Annotated[
-        str, typer.Option(help="Group entries / read-back tokens per step of the radix selection to try.")
+        str, typer.Option(help="Group keys per step of the radix selection to try.")
     ] = "1024,4096,8192",
     log_bins: Annotated[str, typer.Option(help="Radix digit bits of the radix selection to try.")] = "6,8",
     gathers: Annotated[
-        str, typer.Option(help="Read-back tokens per step of the radix selection to try (groups' block: default).")
+        str, typer.Option(help="Read-back tokens per step of the radix selection to try.")
     ] = "2048,4096,8192",
     registers: Annotated[
         str, typer.Option(help="Register caps per thread (maxnreg) of the radix scan, its selection, and both.")

@@ -264,12 +264,12 @@ def _logsumexp(m, s):
 
 
 @triton.jit
-def _write_ranked(entry_ptr, k, lse, lp_out, ids_out, KP: tl.constexpr, COMPARE_MAX: tl.constexpr = 64):
+def _write_ranked(entry_ptr, k, lse, lp_out, ids_out, KP: tl.constexpr):
     """Write the k entries at entry_ptr best first: by counting the entries that beat each one
-    (a [KP, KP] compare, KP <= COMPARE_MAX), else by tl.sort."""
+    (a [KP, KP] compare, KP <= 64), else by tl.sort."""
     p = tl.arange(0, KP)
     entry = tl.load(entry_ptr + p, mask=p < k, other=_PAD)
-    if KP <= COMPARE_MAX:
+    if KP <= 64:
         slot = tl.sum((entry[:, None] > entry[None, :]).to(tl.int32), 0)
     else:
         entry = tl.sort(entry, descending=True)
@@ -383,16 +383,13 @@ def _chunks_logsumexp(stat_ptr, chunks, CP: tl.constexpr):
 
 
 @triton.jit
-def _write_best(
-    cand, n, k, lse, lp_row, ids_row, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr,
-    COMPARE_MAX: tl.constexpr = 64,
-):  # fmt: skip
+def _write_best(cand, n, k, lse, lp_row, ids_row, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr):
     """The k best of the n >= k entries at cand (selected in place), written best first."""
     if n > k:
         top, bottom, left = _select_top(cand, n, k, BLOCK, LOG_BINS)
         _compact_top(cand, n, top, bottom, left, cand, BLOCK)
         tl.debug_barrier()
-    _write_ranked(cand, k, lse, lp_row, ids_row, KP, COMPARE_MAX)
+    _write_ranked(cand, k, lse, lp_row, ids_row, KP)
 
 
 def draft_topk(

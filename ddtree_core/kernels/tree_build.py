@@ -77,19 +77,16 @@ def _select_bucket(key_ptr, n, need, CHUNK: tl.constexpr, LOG_BINS: tl.constexpr
     Returns (lower, upper, left): exactly need - left keys are < lower, at least `left` keys lie in
     [lower, upper), and the first `left` of those, in array order, complete the `need` smallest.
     Each pass histograms the keys of the current bucket by their next LOG_BINS bits; it stops as
-    soon as the chosen bucket is taken whole or holds a single key value. Each block's load is issued
-    before the block ahead of it is counted.
+    soon as the chosen bucket is taken whole or holds a single key value.
     """
     BINS: tl.constexpr = 1 << LOG_BINS
     offs = tl.arange(0, CHUNK)
     lo = n * 0 + _I32_MAX
     hi = n * 0
     c0 = n * 0
-    ahead = tl.load(key_ptr + offs, mask=offs < n, other=0)
     while c0 < n:
         m = c0 + offs < n
-        key = ahead
-        ahead = tl.load(key_ptr + c0 + CHUNK + offs, mask=c0 + CHUNK + offs < n, other=0)
+        key = tl.load(key_ptr + c0 + offs, mask=m, other=0)
         block_lo, block_hi = min_max(tl.where(m, key, _I32_MAX), tl.where(m, key, 0))
         lo = tl.minimum(lo, block_lo)
         hi = tl.maximum(hi, block_hi)
@@ -102,11 +99,9 @@ def _select_bucket(key_ptr, n, need, CHUNK: tl.constexpr, LOG_BINS: tl.constexpr
         shift = tl.maximum(width - LOG_BINS, 0)
         hist = tl.zeros([BINS], tl.int32)
         c0 = n * 0
-        ahead = tl.load(key_ptr + offs, mask=offs < n, other=-1)
         while c0 < n:
             m = c0 + offs < n
-            rel = ahead - base
-            ahead = tl.load(key_ptr + c0 + CHUNK + offs, mask=c0 + CHUNK + offs < n, other=-1)
+            rel = tl.load(key_ptr + c0 + offs, mask=m, other=-1) - base
             inside = m & (rel >= 0) & ((rel >> width) == 0)
             hist += tl.histogram(rel >> shift, BINS, mask=inside)
             c0 += CHUNK
