@@ -116,8 +116,10 @@ class ServerSpec:
 
 
 # SGLang derives more ports from --port (its gRPC port is --port + 10000 and must stay <= 65535; ZMQ and
-# NCCL ports follow it), so servers get ports from a range that leaves room above.
-PORT_RANGE = (20000, 45000)
+# NCCL ports follow it), so servers get ports from a range that leaves room above. The range (and port +
+# 10000) stays below Linux's ephemeral ports (32768 and up by default): a port found free could otherwise
+# become the local port of an outgoing connection (another server's health polls) before its server binds it.
+PORT_RANGE = (10000, 22000)
 
 
 def free_port(low: int = PORT_RANGE[0], high: int = PORT_RANGE[1]) -> int:

@@ -356,3 +356,13 @@ def test_free_port_leaves_room_for_sglang_derived_ports():
     ports = {free_port() for _ in range(50)}
     assert all(PORT_RANGE[0] <= port < PORT_RANGE[1] for port in ports)
     assert max(ports) + 10000 <= 65535
+
+
+def test_server_ports_stay_below_the_ephemeral_ports():
+    """A checked-free port inside the ephemeral range can be taken by an outgoing connection before the
+    server binds it (seen as 'Address already in use' with two reference servers side by side)."""
+    from ddbench.server import PORT_RANGE
+
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    ephemeral = int(ranges.read_text().split()[0]) if ranges.exists() else 32768
+    assert PORT_RANGE[1] + 10000 <= ephemeral
