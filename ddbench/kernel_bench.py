@@ -14,7 +14,9 @@ impl it times each stage and the whole round:
   would take more than a few seconds, which the note column says.
 The floor of a round is reading the draft logits once at the copy bandwidth measured at the start (a
 device-to-device copy, bytes read + written over time). Writes cells.csv and run.json (environment
-stamp, bandwidth, every cell) to --out and prints a table. A cell that fails records its error.
+stamp, bandwidth, every cell) to --out and prints a table. A cell that fails records its error. With
+--profile (CUDA) also kernels.csv: each kernel's launches and device time per eager round (torch.profiler),
+the round's time less its launch gaps.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class BenchConfig:
     min_seconds: float  # timed replays per stage run at least this long
     seed: int
     logit_scale: float = 4.0  # draft logits = randn x this: larger is a sharper drafter (deeper, narrower trees)
+    profile: bool = False  # also each kernel's device time in an eager round (torch.profiler): kernels.csv
 
 
 @dataclass(frozen=True)
@@ -304,6 +307,38 @@ def _measure(config: BenchConfig, batch: int, budget: int, vocab: int, impl: str
     )
 
 
+def kernel_times(fn: Callable[[], object], calls: int = 20) -> dict[str, tuple[float, float]]:
+    """{kernel name: (launches per call, device microseconds per call)} of `calls` eager calls of fn on
+    CUDA, as torch.profiler's CUDA activity records them: the kernels' own time, without launch gaps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    times = {}
+    for event in prof.key_averages():
+        device_us = getattr(event, "self_device_time_total", 0) or 0
+        if device_us > 0:
+            times[event.key] = (event.count / calls, device_us / calls)
+    return times
+
+
+def profile_rows(config: BenchConfig, batch: int, budget: int, vocab: int, impl: str) -> list[dict]:
+    """kernels.csv rows of one cell: every kernel of its eager round (kernel_times), on the cell's inputs."""
+    generator = torch.Generator(device=config.device).manual_seed(config.seed + batch * 7919 + vocab)
+    logits = (torch.randn((batch, config.length, vocab), generator=generator, device=config.device)
+              * config.logit_scale).bfloat16()  # fmt: skip
+    stages, _, _ = round_stages(logits, budget, impl, config.seed)
+    cell = {"batch": batch, "budget": budget, "vocab": vocab, "impl": impl}
+    times = kernel_times(stages["round"])
+    rows = [cell | {"kernel": name, "launches": count, "us": round(us, 2)} for name, (count, us) in times.items()]
+    return rows + [cell | {"kernel": "all", "launches": sum(c for c, _ in times.values()),
+                           "us": round(sum(us for _, us in times.values()), 2)}]  # fmt: skip
+
+
 def _finished(fn: Callable[[], object], device: str) -> Callable[[], object]:
     """fn followed by a device sync, for host-clock timing."""
     if not device.startswith("cuda"):
@@ -337,6 +372,7 @@ def run(config: BenchConfig, out: Path, echo: Callable[[str], None] = print) -> 
     if bandwidth:
         echo(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write)")
     results: list[CellResult] = []
+    kernels: list[dict] = []
     for vocab in config.vocabs:
         for batch in config.batches:
             for budget in config.budgets:
@@ -345,7 +381,30 @@ def run(config: BenchConfig, out: Path, echo: Callable[[str], None] = print) -> 
                     results.append(result)
                     echo(_one_line(result))
                     write_results(out, config, bandwidth, stamp, results)
+                    if config.profile and config.device.startswith("cuda") and impl != "reference":
+                        kernels += _profiled(config, batch, budget, vocab, impl, echo)
+                        write_dict_csv(out / "kernels.csv", kernels, KERNEL_COLUMNS)
     return results
+
+
+KERNEL_COLUMNS = ("batch", "budget", "vocab", "impl", "kernel", "launches", "us")
+
+
+def _profiled(config: BenchConfig, batch: int, budget: int, vocab: int, impl: str, echo) -> list[dict]:
+    try:
+        rows = profile_rows(config, batch, budget, vocab, impl)
+    except Exception as error:  # noqa: BLE001 - a profiler failure costs the cell's kernel rows only
+        echo(f"  kernels: {type(error).__name__}: {str(error).splitlines()[0][:160]}")
+        return []
+    echo("  kernels: " + ", ".join(f"{r['kernel'][:40]} {r['us']:.1f} us x{r['launches']:g}" for r in rows))
+    return rows
+
+
+def write_dict_csv(path: Path, rows: list[dict], columns: Sequence[str]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def write_cells_csv(path: Path, results: list, cls: type) -> list[dict]:
@@ -376,7 +435,7 @@ def _one_line(r: CellResult) -> str:
     fmt = lambda v: "-" if v is None else f"{v:.1f}"
     return (
         f"B={r.batch} N={r.budget} V={r.vocab} {r.impl}: round {fmt(r.round_us)} us (in a graph of 8: "
-        f"{fmt(r.round_graph8_us)}) "
+        f"{fmt(r.round_graph8_us)}) (nodes {fmt(r.mean_nodes)}, depth {fmt(r.mean_depth)}) "
         f"(topk {fmt(r.topk_us)}, build {fmt(r.build_us)}, mask {fmt(r.mask_us)}, walk {fmt(r.walk_us)}) {r.note}"
     )
 
@@ -416,6 +475,10 @@ def main(
     logit_scale: Annotated[
         float, typer.Option(help="Draft logits = randn x this (bf16): 4 gives bushy trees, 12 chain-like ones.")
     ] = 4.0,
+    profile: Annotated[
+        bool,
+        typer.Option(help="Also each kernel's device time in an eager round (torch.profiler; CUDA): kernels.csv."),
+    ] = False,
 ) -> None:
     """Time the draft-side DDTree round per impl and write the results to --out."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -429,6 +492,7 @@ def main(
         vocabs=parse_ints(vocabs) or config.vocabs,
         impls=tuple(impls.split(",")) if impls else config.impls,
         logit_scale=logit_scale,
+        profile=profile,
     )
     if not logit_scale > 0:
         raise typer.BadParameter(f"--logit-scale must be > 0, got {logit_scale}")

@@ -362,3 +362,22 @@ def test_kernel_bench_smoke(tmp_path):
     assert record["environment"]["packages"]["torch"] and len(record["cells"]) == len(rows)
     if DEVICE == "cuda":
         assert all(r.graph_captured and r.sync_free for r in results if r.impl != "reference")
+    else:
+        assert not (tmp_path / "kernels.csv").exists()  # --profile times CUDA kernels only
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA")
+def test_kernel_bench_profile_names_every_kernel_of_the_triton_round(tmp_path):
+    import csv
+
+    from ddbench import kernel_bench
+
+    config = dataclasses.replace(kernel_bench.smoke_config(DEVICE, seed=0), impls=("triton",), profile=True)
+    kernel_bench.run(config, tmp_path, echo=lambda line: None)
+    rows = list(csv.DictReader(open(tmp_path / "kernels.csv")))
+    for cell in {(r["batch"], r["budget"]) for r in rows}:
+        mine = {r["kernel"]: (float(r["launches"]), float(r["us"])) for r in rows if (r["batch"], r["budget"]) == cell}
+        assert {"_scan_kernel", "_select_kernel", "_build_kernel", "_mask_kernel", "_walk_kernel"} <= set(mine)
+        assert all(launches >= 1 and us > 0 for launches, us in mine.values())
+        assert mine["all"][1] == pytest.approx(sum(us for name, (_, us) in mine.items() if name != "all"), abs=0.1)
