@@ -6,8 +6,9 @@ and the group-maxima kernel (topk_radix.py), on the same cells.
 
 The launch parameters change only the speed. Fused `draft_topk(tile=, chunks=, warps=)`: tile is the logits one
 program scans per step, chunks the vocabulary slices per row (more programs, then a merge kernel), warps those of
-one scan program. Radix `draft_topk(tile=, chunks=, warps=, group=, select_warps=, block=, gather=, log_bins=,
-scan_registers=, select_registers=)`: the same three for its scan, group the tokens per group maximum,
+one scan program. Radix `draft_topk(tile=, chunks=, warps=, group=, super_group=, select_warps=, block=, gather=,
+log_bins=, scan_registers=, select_registers=)`: the same three for its scan, group the tokens per group maximum,
+super_group the groups per super-group maximum (1: none; timed through --launch),
 select_warps those of its per-row selection program, block and log_bins the group keys per step and radix digit
 of that program (a block that holds all groups keeps them in registers), gather its read-back step, and the
 register caps per thread of the scan and the selection (more programs per SM, some registers spilled).
@@ -39,23 +40,25 @@ import typer
 from ddbench.kernel_bench import parse_ints, tune_row
 
 LENGTH = 16
-PARAMS = ("tile", "chunks", "warps", "group", "select_warps", "block", "gather", "log_bins", "scan_registers",
-          "select_registers")
+PARAMS = ("tile", "chunks", "warps", "group", "super_group", "select_warps", "block", "gather", "log_bins",
+          "scan_registers", "select_registers")
 COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "equal", "note")
 PHASE_COLUMNS = ("batch", "vocab", "k", "phase", "us")
 BEST_COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "auto_us", "fused_auto_us")
 
 
 def launches(
-    tiles, chunk_counts, warp_counts, groups, select_warps, blocks=(), log_bins=(), gathers=(), registers=()
+    tiles, chunk_counts, warp_counts, groups, select_warps, blocks=(), log_bins=(), gathers=(), registers=(), extra=()
 ) -> list[tuple[str, dict]]:
-    """(method, keyword arguments) of every launch of a cell, each method's default ({}) first."""
+    """(method, keyword arguments) of every launch of a cell, each method's default ({}) first; `extra`: more
+    radix launches, each a dict of PARAMS (parse_launches)."""
     scan = [{"tile": t, "chunks": c, "warps": w} for t in tiles for c in chunk_counts for w in warp_counts]
     select = [{"group": g, "select_warps": w} for g in groups for w in select_warps]
     select += [{"block": b, "log_bins": n} for b in blocks for n in log_bins]
     select += [{"gather": g} for g in gathers]
     select += [{key: r} for r in registers for key in ("scan_registers", "select_registers")]
     select += [{"scan_registers": r, "select_registers": r} for r in registers]
+    select += [dict(kw) for kw in extra]
     return ([("fused", {})] + [("fused", kw) for kw in scan] + [("radix", {}), ("radix-scan", {})]
             + [("radix", kw) for kw in scan + select])  # fmt: skip
 
@@ -74,6 +77,7 @@ def run(
     log_bins: list[int] = (),
     gathers: list[int] = (),
     registers: list[int] = (),
+    extra: list[dict] = (),
 ) -> list[dict]:
     from ddtree_core.kernels import topk, topk_radix
 
@@ -87,7 +91,7 @@ def run(
             for k in ks:
                 expected = topk.draft_topk(logits, k, 1.0)
                 grid = launches(
-                    tiles, chunk_counts, warp_counts, groups, select_warps, blocks, log_bins, gathers, registers
+                    tiles, chunk_counts, warp_counts, groups, select_warps, blocks, log_bins, gathers, registers, extra
                 )
                 for method, kwargs in grid:
                     fn = methods[method]
@@ -137,6 +141,22 @@ def group_max_keys(logits: torch.Tensor, k: int) -> torch.Tensor:
     pad = -keys.shape[1] % group
     keys = torch.nn.functional.pad(keys, (0, pad), value=-(2**31))
     return keys.view(keys.shape[0], -1, group).amax(dim=2)
+
+
+def parse_launches(text: str) -> list[dict]:
+    """Radix launches from "key=value,key=value;...", keys from PARAMS, values ints: one launch per ';' part."""
+    found = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        launch = {}
+        for item in part.split(","):
+            key, _, value = item.partition("=")
+            key = key.strip()
+            if key not in PARAMS or not value.strip().isdigit():
+                raise typer.BadParameter(f"a launch is key=value pairs with keys from {', '.join(PARAMS)} and int "
+                                         f"values, got {item!r} in {part!r}")  # fmt: skip
+            launch[key] = int(value)
+        found.append(launch)
+    return found
 
 
 def _is_default(row: dict) -> bool:
@@ -203,6 +223,11 @@ def main(
     registers: Annotated[
         str, typer.Option(help="Register caps per thread (maxnreg) of the radix scan, its selection, and both.")
     ] = "64,80,96",
+    launch: Annotated[
+        str,
+        typer.Option(help="More radix launches, ';' between launches, each key=value pairs of the radix options "
+                     "(e.g. 'select_warps=2;select_warps=2,select_registers=64').")
+    ] = "",
 ) -> None:
     """Time every launch of the fused and the radix top-K on the same cells; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
@@ -210,7 +235,8 @@ def main(
     texts = (batches, vocabs, ks, tiles, chunks, warps, groups, select_warps, blocks, log_bins, gathers, registers)
     if smoke:
         texts = ("1,2", "300", "4", "64,128", "1,2", "4", "8", "4", "64", "8", "32", "64")
-    run(out, *(list(parse_ints(text) or ()) for text in texts))  # "" tries none (--groups "")
+    extra = parse_launches(launch)
+    run(out, *(list(parse_ints(text) or ()) for text in texts), extra)  # "" tries none (--groups "")
 
 
 if __name__ == "__main__":

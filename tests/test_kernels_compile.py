@@ -68,24 +68,25 @@ def radix_topk(arch: int) -> None:
     from ddtree_core.kernels import topk_radix
 
     scan = compile_for(
-        topk_radix._scan_kernel, arch, {"logits_ptr": "*bf16", "group_ptr": "*i32", "stat_ptr": "*fp32"},
-        {"TILE": 2048, "G": 32, "DIVIDE": False, "FAST": True},
+        topk_radix._scan_kernel, arch,
+        {"logits_ptr": "*bf16", "group_ptr": "*i32", "super_ptr": "*i32", "stat_ptr": "*fp32"},
+        {"TILE": 2048, "G": 32, "S": 4, "DIVIDE": False, "FAST": True},
     )  # fmt: skip
     assert "ex2.approx.ftz.f32" in scan.asm["ptx"]
     select = compile_for(
         topk_radix._select_kernel, arch,
-        {"logits_ptr": "*bf16", "group_ptr": "*i32", "stat_ptr": "*fp32", "cand_ptr": "*i64", "lp_out": "*fp32",
-         "ids_out": "*i64", "clock_ptr": "*i64"},
-        {"G": 32, "GATHER": 8192, "CP": 128, "GBLOCK": 8192, "CBLOCK": 512, "LOG_BINS": 8, "KP": 256,
-         "DIVIDE": False, "PROFILE": True}, warps=8,
+        {"logits_ptr": "*bf16", "group_ptr": "*i32", "super_ptr": "*i32", "list_ptr": "*i32", "stat_ptr": "*fp32",
+         "cand_ptr": "*i64", "lp_out": "*fp32", "ids_out": "*i64", "clock_ptr": "*i64"},
+        {"G": 32, "S": 4, "GATHER": 8192, "CP": 128, "GBLOCK": 8192, "SBLOCK": 2048, "LBLOCK": 1024, "CBLOCK": 512,
+         "LOG_BINS": 8, "KP": 256, "DIVIDE": False, "PROFILE": True}, warps=8,
     )  # fmt: skip
     assert "%globaltimer" in select.asm["ptx"] and select.asm["cubin"]
     # the register cap (draft_topk's select_registers) reaches ptxas: the default launch at 64 requests,
     # K = 64 needs more than 64 registers a thread, capped it uses 64
-    launch = ({"logits_ptr": "*bf16", "group_ptr": "*i32", "stat_ptr": "*fp32", "cand_ptr": "*i64", "lp_out": "*fp32",
-               "ids_out": "*i64", "clock_ptr": "*i64"},
-              {"G": 64, "GATHER": 1024, "CP": 4, "GBLOCK": 1024, "CBLOCK": 256, "LOG_BINS": 6, "KP": 64,
-               "DIVIDE": False})  # fmt: skip
+    launch = ({"logits_ptr": "*bf16", "group_ptr": "*i32", "super_ptr": "*i32", "list_ptr": "*i32",
+               "stat_ptr": "*fp32", "cand_ptr": "*i64", "lp_out": "*fp32", "ids_out": "*i64", "clock_ptr": "*i64"},
+              {"G": 64, "S": 8, "GATHER": 1024, "CP": 4, "GBLOCK": 1024, "SBLOCK": 512, "LBLOCK": 512, "CBLOCK": 256,
+               "LOG_BINS": 6, "KP": 64, "DIVIDE": False})  # fmt: skip
     free = registers_used(compile_for(topk_radix._select_kernel, arch, *launch))
     capped = registers_used(compile_for(topk_radix._select_kernel, arch, *launch, registers=64))
     assert free > 64 and capped == 64, (free, capped)

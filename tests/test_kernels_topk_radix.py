@@ -30,12 +30,14 @@ pytestmark = [
 
 def radix_logits(kind: str, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
     """test_kernels_topk's kinds, plus rows that are constant, ascending (the winners in the last groups
-    and chunk), mostly -inf (K reaches the tied -inf) and all NaN."""
+    and chunk), highest at both ends (valley), mostly -inf (K reaches the tied -inf) and all NaN."""
     vocab = shape[-1]
     if kind == "equal":
         return torch.full(shape, 0.25)
     if kind == "ascending":
         return (torch.arange(vocab) / 8.0).expand(shape).contiguous()
+    if kind == "valley":  # largest at both ends: a row's last (partial) groups next to the next row's first
+        return ((torch.arange(vocab) - vocab / 2).abs() / 8.0).expand(shape).contiguous()
     if kind == "mostly_ninf":
         logits = torch.full(shape, float("-inf"))
         logits[..., 1::97] = torch.randn(logits[..., 1::97].shape, generator=generator)
@@ -107,6 +109,23 @@ def test_selection_block_and_digit_change_only_the_speed(kind, block, log_bins):
     logits = radix_logits(kind, (1, 2, 1500), torch.Generator().manual_seed(block + log_bins)).to(DEVICE)
     out = topk_radix.draft_topk(logits, 37, 1.0, group=8, tile=256, chunks=2, block=block, log_bins=log_bins)
     assert_topk_equal(out, draft_topk(logits, 37, impl="reference"))
+
+
+@pytest.mark.parametrize("kind", ["bf16", "ties", "equal", "nan", "ascending", "valley", "sharp"])
+@pytest.mark.parametrize("super_group, k", [(1, 7), (2, 20), (8, 7), (8, 1), (32, 7)])
+def test_super_groups_change_only_the_speed(kind, super_group, k):
+    """The K best groups chosen through the K best super-groups (2, 8: 94 or 24 of them, the last partial,
+    chosen when the winners come last: "ascending", "valley", whose next row starts higher) or directly (1:
+    none; 32: 6 super-groups, not more than K)."""
+    logits = radix_logits(kind, (1, 2, 1500), torch.Generator().manual_seed(super_group + k)).to(DEVICE)
+    out = topk_radix.draft_topk(logits, k, 1.0, group=8, tile=256, chunks=2, super_group=super_group, block=16)
+    assert_topk_equal(out, draft_topk(logits, k, impl="reference"))
+
+
+def test_default_super_group_is_the_power_of_two_nearest_sqrt_groups_over_k():
+    """At the benchmark cells: K = 64, groups of 64 (2,376 groups): 8; K = 256, groups of 32 (4,752): 4."""
+    rows = torch.empty(16, 152064)
+    assert [topk_radix._plan(rows, k, None, None, None)[3:5] for k in (64, 256)] == [(64, 8), (32, 4)]
 
 
 def test_register_caps_change_only_the_speed():
@@ -190,7 +209,8 @@ def test_empty_batch_and_bad_arguments():
     assert out.token_ids.shape == out.log_probs.shape == (0, 4, 3)
     logits = torch.zeros(1, 2, 50, device=DEVICE)
     for bad in ({"tile": 48}, {"group": 1}, {"group": 12}, {"tile": 8, "group": 16}, {"block": 100}, {"gather": 3},
-                {"log_bins": 0}, {"log_bins": 9}, {"scan_registers": 16}, {"select_registers": 256}):  # fmt: skip
+                {"log_bins": 0}, {"log_bins": 9}, {"scan_registers": 16}, {"select_registers": 256},
+                {"super_group": 3}, {"super_group": 0}, {"tile": 32, "group": 8, "super_group": 8}):  # fmt: skip
         with pytest.raises(ValueError, match="tile|group|block|gather|log_bins|registers"):
             topk_radix.draft_topk(logits, 3, 1.0, **bad)
     with pytest.raises(ValueError, match="k"):

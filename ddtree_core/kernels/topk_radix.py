@@ -12,11 +12,13 @@ key << 32 | (2**31 - 1 - id), so entries order like (value desc, id asc).
 Kernel 1, one program per (row, vocabulary chunk), streams its chunk and writes, for every group of G
 consecutive tokens, the group's largest key (int32, in group order: a group's index is its place) and,
 per chunk, the (max, exp-sum) pair of the logsumexp. It keeps no other state (no list, no branch on the
-values): a straight read of the logits.
+values): a straight read of the logits. After its tiles it reads its group keys back once and writes, for
+every super-group of S consecutive groups, the largest of them.
 Kernel 2, one program per row:
-  - selects the K best groups by (group max desc, group index asc), a radix selection over V / G keys
-    (topk._select_top), writes their indices in group order over the front of the keys, and finds
-    tau, the smallest chosen group max;
+  - selects the K best groups by (group max desc, group index asc) and writes their indices in group
+    order over the front of the keys, finding tau, the smallest chosen group max: with more than K
+    super-groups, a radix selection (topk._select_top) of the K best super-groups, then of the K best
+    among their K * S groups; else one radix selection over all V / G group keys;
   - reads the chosen groups again (K * G tokens, in id order) and keeps the tokens whose key reaches
     the floor, at first tau, in a list that shrinks to its K best when it outgrows `soft`
     (topk._shrink, which raises the floor);
@@ -25,8 +27,16 @@ Kernel 2, one program per row:
 (Tried on an H200 and dropped, results/kernels/h200-2026-11-30c: both kernels in one launch, a row's last
 scan program selecting behind a per-row atomic count, 9-73 % slower at vocab 152,064; the winners ranked
 by all-pairs compares up to K = 256, as fast or slower than tl.sort above K = 64.)
-G near sqrt(V / K) balances the two costs of kernel 2: V / G group keys to select from, K * G tokens to
-read back (G = 64 for V = 152064 and K = 64).
+G near sqrt(V / K) balances two costs of kernel 2: V / G group keys to select from, K * G tokens to
+read back (G = 64 for V = 152064 and K = 64); S near sqrt(V / G / K) balances the next two: V / G / S
+super-group keys, K * S group keys (S = 8 there). On an H200 the super-groups took the selection kernel
+at 1,024 rows of 152,064, K = 64, from 77 to 50 us (results/kernels/h200-2026-11-30e).
+(Tried and dropped there: reducing the super-group keys inside the scan's tile loop, from the group
+maxima or from the tile loaded as [super-groups, S, G], which cost the scan more than the read-back.)
+
+The K best super-groups hold the K best groups for the reason the K best groups hold the K best tokens
+(below, one level up: a super-group's key is its best group's, and super-groups, like groups, are
+contiguous and ordered by index).
 
 Why the K best groups hold the K best tokens: let token e of group h not be among the chosen groups.
 Every chosen group j beats h: its max is larger than h's, or equal with j < h. Its best token beats e:
@@ -130,6 +140,19 @@ def _scan_tile(
     return group_max, new_m, s
 
 
+@triton.jit
+def _super_keys(groups, n, supers, S: tl.constexpr, SB: tl.constexpr):
+    """supers[j] = the largest of the group keys groups[j * S : (j + 1) * S] that lie below n, SB per step."""
+    offs = tl.arange(0, SB)
+    j0 = n * 0
+    while j0 * S < n:
+        j = j0 + offs
+        group = j[:, None] * S + tl.arange(0, S)[None, :]
+        key = tl.load(groups + group, mask=group < n, other=_PAD_KEY)
+        tl.store(supers + j, tl.max(key, 1), mask=j * S < n)
+        j0 += SB
+
+
 @triton.jit(do_not_specialize=["vocab", "n_groups"])
 def _scan_kernel(
     logits_ptr,  # [R, V] bf16/fp16/fp32, unit stride along V
@@ -139,24 +162,20 @@ def _scan_kernel(
     scale,  # float32: draft_temperature (DIVIDE) or its float32 reciprocal
     group_ptr,  # [R, n_groups] int32 out: every group's largest key, in group order
     n_groups,  # cdiv(V, G)
+    super_ptr,  # [R, n_supers] int32 out (S > 1): every super-group's largest key, in order
+    n_supers,  # cdiv(n_groups, S)
     stat_ptr,  # [R, chunks, 2] float32 out: each chunk's (max, sum of exp(x - max))
-    TILE: tl.constexpr,  # logits per tile (a power of two, a multiple of G)
+    TILE: tl.constexpr,  # logits per tile (a power of two, a multiple of G * S: chunks hold whole super-groups)
     G: tl.constexpr,  # tokens per group (a power of two)
+    S: tl.constexpr,  # groups per super-group (a power of two; 1: none)
     DIVIDE: tl.constexpr,  # scale by division (torch on the CPU), else by the reciprocal (CUDA)
     FAST: tl.constexpr,  # exp by ex2.approx.ftz (CUDA), else tl.exp
+    SB: tl.constexpr = 128,  # super-group keys per step of the chunk's super-group pass
 ):
-    _scan_chunk(
-        tl.program_id(0), tl.program_id(1), logits_ptr, row_stride, vocab, chunk_len, scale, group_ptr, n_groups,
-        stat_ptr, TILE, G, DIVIDE, FAST,
-    )  # fmt: skip
-
-
-@triton.jit
-def _scan_chunk(
-    row, chunk, logits_ptr, row_stride, vocab, chunk_len, scale, group_ptr, n_groups, stat_ptr,
-    TILE: tl.constexpr, G: tl.constexpr, DIVIDE: tl.constexpr, FAST: tl.constexpr,
-):  # fmt: skip
-    """Kernel 1's work for one (row, chunk): the chunk's group keys and its (max, exp-sum) pair."""
+    """Kernel 1's work for one (row, chunk): the chunk's group and super-group keys and its (max, exp-sum)
+    pair."""
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
     GT: tl.constexpr = TILE // G
     start = chunk * chunk_len
     length = tl.minimum(chunk_len, vocab - start)
@@ -182,6 +201,9 @@ def _scan_chunk(
         group_max, m, s = _scan_tile(raw, tail + offs < length, m, s, scale, GT, G, DIVIDE, FAST, True)
         slot = full * GT + slots
         tl.store(dst + slot, group_max, mask=slot * G < length)
+    if S > 1:  # the chunk's super-group keys from its group keys, read back once (a chunk holds whole super-groups)
+        tl.debug_barrier()  # the group keys stored above are visible to every thread of the program
+        _super_keys(dst, tl.cdiv(length, G), super_ptr + row.to(tl.int64) * n_supers + first_group // S, S, SB)
     program = row * tl.num_programs(1) + chunk
     chunk_max = tl.max(m, 0)
     tl.store(stat_ptr + program * 2, chunk_max)
@@ -196,6 +218,9 @@ def _select_kernel(
     scale,  # as for _scan_kernel
     group_ptr,  # [R, n_groups] int32: _scan_kernel's group keys; the chosen K's indices go to the front
     n_groups,  # cdiv(V, G)
+    super_ptr,  # [R, n_supers] int32: _scan_kernel's super-group keys (S > 1); the chosen K's go to the front
+    n_supers,  # cdiv(n_groups, S)
+    list_ptr,  # [R, K * S] int32 scratch (S > 1): the group keys of the chosen super-groups
     stat_ptr,  # [R, chunks, 2] float32: _scan_kernel's chunk pairs
     chunks,  # chunks per row
     k,  # K <= V
@@ -205,9 +230,12 @@ def _select_kernel(
     ids_out,  # [R, K] int64: token ids, best first
     clock_ptr,  # [R, SELECT_SLOTS] int64: phase stamps (written when PROFILE)
     G: tl.constexpr,  # tokens per group
+    S: tl.constexpr,  # groups per super-group (1: none)
     GATHER: tl.constexpr,  # tokens read back per step (a power of two)
     CP: tl.constexpr,  # next_pow2(chunks)
     GBLOCK: tl.constexpr,  # group entries per block of the group selection (the first block stays in registers)
+    SBLOCK: tl.constexpr,  # super-group keys per block of the super-group selection
+    LBLOCK: tl.constexpr,  # group keys per block of the selection among the chosen super-groups' groups
     CBLOCK: tl.constexpr,  # token entries per block of the token selection (next_pow2(soft))
     LOG_BINS: tl.constexpr,  # radix digit bits
     KP: tl.constexpr,  # next_pow2(K)
@@ -225,8 +253,12 @@ def _select_kernel(
     floor = row * 0 + _PAD_KEY  # with at most K groups every token is a candidate
     chose = n_groups > k
     if chose:
-        top, bottom, left = _select_top(groups, n_groups, k, GBLOCK, LOG_BINS, KEYS=True)
-        _, floor = _compact_top(groups, n_groups, top, bottom, left, groups, GBLOCK, KEYS=True)  # floor = tau
+        if (S > 1) & (n_supers > k):
+            floor = _choose_by_supers(groups, n_groups, super_ptr + row.to(tl.int64) * n_supers, n_supers,
+                                      list_ptr + row.to(tl.int64) * k * S, k, S, SBLOCK, LBLOCK, LOG_BINS)  # fmt: skip
+        else:
+            top, bottom, left = _select_top(groups, n_groups, k, GBLOCK, LOG_BINS, KEYS=True)
+            _, floor = _compact_top(groups, n_groups, top, bottom, left, groups, GBLOCK, KEYS=True)  # floor = tau
         tl.debug_barrier()
     stamp(clock_row, 3, PROFILE)
     total = tl.minimum(n_groups, k) * G  # tokens of the chosen groups
@@ -255,6 +287,40 @@ def _select_kernel(
     stamp(clock_row, 6, PROFILE, True)
 
 
+@triton.jit
+def _choose_by_supers(
+    groups, n_groups, supers, n_supers, keys, k, S: tl.constexpr, SBLOCK: tl.constexpr, LBLOCK: tl.constexpr,
+    LOG_BINS: tl.constexpr,
+):  # fmt: skip
+    """The K best groups by way of the K best super-groups (n_supers > K), which hold them (the module
+    docstring's argument, one level up): their indices, in group order, over the front of `groups`;
+    returns tau, the smallest chosen group key. `keys` [K * S] is scratch."""
+    top, bottom, left = _select_top(supers, n_supers, k, SBLOCK, LOG_BINS, KEYS=True)
+    _compact_top(supers, n_supers, top, bottom, left, supers, SBLOCK, KEYS=True)  # their indices, in order
+    tl.debug_barrier()
+    offs = tl.arange(0, LBLOCK)
+    last = tl.load(supers + k - 1)  # only the last super-group can be partial, and its groups come last
+    n = k * S - tl.maximum((last + 1) * S - n_groups, 0)  # the chosen super-groups' groups, in group order
+    j0 = n * 0
+    while j0 < n:
+        j = j0 + offs
+        group = tl.load(supers + j // S, mask=j < n, other=0) * S + j % S
+        tl.store(keys + j, tl.load(groups + group, mask=j < n, other=0), mask=j < n)
+        j0 += LBLOCK
+    tl.debug_barrier()
+    top, bottom, left = _select_top(keys, n, k, LBLOCK, LOG_BINS, KEYS=True)  # n >= K: one group per super
+    _, tau = _compact_top(keys, n, top, bottom, left, keys, LBLOCK, KEYS=True)  # their places j, in order
+    tl.debug_barrier()
+    j0 = n * 0
+    while j0 < k:
+        j = j0 + offs
+        place = tl.load(keys + j, mask=j < k, other=0)
+        group = tl.load(supers + place // S, mask=j < k, other=0) * S + place % S
+        tl.store(groups + j, group, mask=j < k)
+        j0 += LBLOCK
+    return tau
+
+
 def draft_topk(
     logits: torch.Tensor,
     k: int,
@@ -263,6 +329,7 @@ def draft_topk(
     tile: int | None = None,
     chunks: int | None = None,
     group: int | None = None,
+    super_group: int | None = None,
     warps: int = 4,
     select_warps: int | None = None,
     block: int | None = None,
@@ -274,8 +341,10 @@ def draft_topk(
 ) -> DraftTopK:
     """Top-k of `logits` [..., V] per row, equal to `tree.draft_topk(impl="reference")` (ids exactly).
 
-    tile: logits per tile of the scan (a power of two, at least `group`); chunks: vocabulary chunks per row
-    of the scan; group: tokens per group (a power of two >= 2); warps / select_warps: per program of kernel
+    tile: logits per tile of the scan (a power of two, at least `group` * `super_group`); chunks: vocabulary
+    chunks per row of the scan; group: tokens per group (a power of two >= 2); super_group: groups per
+    super-group (a power of two; 1: no super-groups), through which kernel 2 chooses the K best groups when
+    there are more than K super-groups; warps / select_warps: per program of kernel
     1 / 2; block: the most group keys kernel 2 holds per step (a power of two; a block that holds all of a
     row's groups keeps them in registers across the radix passes); gather: the tokens read back per step (a
     power of two); log_bins: the radix digit of kernel 2's selections (1..8 bits); scan_registers /
@@ -292,20 +361,22 @@ def draft_topk(
     for name, value in (("tile", tile), ("group", group), ("block", block), ("gather", gather)):
         if value is not None and (value < 2 or value & (value - 1)):
             raise ValueError(f"{name} must be a power of two >= 2, got {value}")
+    if super_group is not None and (super_group < 1 or super_group & (super_group - 1)):
+        raise ValueError(f"super_group must be a power of two >= 1, got {super_group}")
     if not 1 <= log_bins <= 8:
         raise ValueError(f"log_bins must be in [1, 8], got {log_bins}")
     for name, value in (("scan_registers", scan_registers), ("select_registers", select_registers)):
         if value is not None and not 24 <= value <= 255:
             raise ValueError(f"{name} must be in [24, 255], got {value}")
-    if tile is not None and group is not None and tile < group:
-        raise ValueError(f"tile ({tile}) must be at least group ({group})")
+    if tile is not None and group is not None and tile < group * (super_group or 1):
+        raise ValueError(f"tile ({tile}) must be at least group x super_group ({group} x {super_group or 1})")
     if k > MAX_K:
         from ddtree_core import batched
 
         return batched.draft_topk(logits, k, draft_temperature)
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     if rows.shape[0] > 0:
-        *plan, auto_warps, auto_gather = _plan(rows, k, tile, chunks, group)
+        *plan, auto_warps, auto_gather = _plan(rows, k, tile, chunks, group, super_group)
         launch = _Launch(warps, select_warps or auto_warps, block or _BLOCK, gather or auto_gather, log_bins,
                          scan_registers, select_registers)  # fmt: skip
         if clock is not None:
@@ -314,9 +385,12 @@ def draft_topk(
     return DraftTopK(log_probs=log_probs.view(*lead, k), token_ids=token_ids.view(*lead, k))
 
 
-def _plan(rows: torch.Tensor, k: int, tile: int | None, chunks: int | None, group: int | None) -> tuple:
-    """(tile, chunk_len, chunks, group, select_warps, gather): the given values, else group = the power of
-    two nearest sqrt(V / K) in [8, 256] (at most the tile), tiles of 2048 (fewer for a short row), chunks
+def _plan(
+    rows: torch.Tensor, k: int, tile: int | None, chunks: int | None, group: int | None, super_group: int | None = None
+) -> tuple:
+    """(tile, chunk_len, chunks, group, super_group, select_warps, gather): the given values, else group = the
+    power of two nearest sqrt(V / K) in [8, 256] (at most the tile), super_group the power of two nearest
+    sqrt(groups / K) (at most the tile's groups), tiles of 2048 (fewer for a short row), chunks
     enough for about 16 scan programs per SM, each at least one tile long; while there are fewer than 4
     rows per SM, 8 warps per selection program and all of the chosen groups read back in one step (up to
     8,192 tokens), beyond that 4 warps and 1,024 tokens per step. On an H200, 8 warps were faster at 16
@@ -328,13 +402,17 @@ def _plan(rows: torch.Tensor, k: int, tile: int | None, chunks: int | None, grou
     if group is None:
         group = min(2 ** min(8, max(3, round(math.log2(math.sqrt(vocab / k))))), tile or _TILE)
     if tile is None:
-        tile = max(group, min(_TILE, triton.next_power_of_2(vocab)))
+        tile = max(group * (super_group or 1), min(_TILE, triton.next_power_of_2(vocab)))
     if chunks is None:
         chunks = triton.cdiv(16 * sms, num_rows)
     chunks = max(1, min(chunks, triton.cdiv(vocab, tile)))
     chunk_len = triton.cdiv(triton.cdiv(vocab, chunks), tile) * tile
+    if super_group is None:
+        super_group = 2 ** max(0, round(math.log2(math.sqrt(triton.cdiv(vocab, group) / k))))
+        super_group = min(super_group, tile // group)
     few = num_rows < 4 * sms
-    return tile, chunk_len, triton.cdiv(vocab, chunk_len), group, 8 if few else 4, _GATHER_FEW if few else _BLOCK
+    chunks = triton.cdiv(vocab, chunk_len)
+    return tile, chunk_len, chunks, group, super_group, 8 if few else 4, _GATHER_FEW if few else _BLOCK
 
 
 def _interpreted() -> bool:
@@ -371,29 +449,34 @@ def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
 
 
 def _launch(rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_ids, select=True, clock=None):
-    tile, chunk_len, chunks, group = plan
+    tile, chunk_len, chunks, group, span = plan
     warps, select_warps, block, gather, log_bins, scan_registers, select_registers = launch
     num_rows, vocab = rows.shape
     device = rows.device
     n_groups = triton.cdiv(vocab, group)
+    n_supers = triton.cdiv(n_groups, span)
     soft = max(2 * k, 256)
     gather = min(gather, triton.next_power_of_2(min(k, n_groups) * group))
     groups = torch.empty((num_rows, n_groups), dtype=torch.int32, device=device)
+    supers = torch.empty((num_rows, n_supers if span > 1 else 1), dtype=torch.int32, device=device)  # 1: unused
     stats = torch.empty((num_rows, chunks, 2), dtype=torch.float32, device=device)
     divide = device.type == "cpu"
     scale = float(np.float32(draft_temperature)) if divide else float(np.float32(1) / np.float32(draft_temperature))
     _scan_kernel[(num_rows, chunks)](
-        rows, rows.stride(0), vocab, chunk_len, scale, groups, n_groups, stats,
-        TILE=tile, G=group, DIVIDE=divide, FAST=not divide and not _interpreted(), num_warps=warps,
+        rows, rows.stride(0), vocab, chunk_len, scale, groups, n_groups, supers, n_supers, stats,
+        TILE=tile, G=group, S=span, DIVIDE=divide, FAST=not divide and not _interpreted(), num_warps=warps,
         **_register_cap(scan_registers),
     )  # fmt: skip
     if not select:
         return groups
     cand = torch.empty((num_rows, soft + gather), dtype=torch.int64, device=device)
+    listed = torch.empty((num_rows, k * span if span > 1 else 1), dtype=torch.int32, device=device)
     _select_kernel[(num_rows,)](
-        rows, rows.stride(0), vocab, scale, groups, n_groups, stats, chunks, k, soft, cand, log_probs, token_ids,
-        token_ids if clock is None else clock, G=group, GATHER=gather, CP=triton.next_power_of_2(chunks),
-        GBLOCK=min(block, triton.next_power_of_2(n_groups)), CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins,
+        rows, rows.stride(0), vocab, scale, groups, n_groups, supers, n_supers, listed, stats, chunks, k, soft, cand,
+        log_probs, token_ids, token_ids if clock is None else clock, G=group, S=span, GATHER=gather,
+        CP=triton.next_power_of_2(chunks), GBLOCK=min(block, triton.next_power_of_2(n_groups)),
+        SBLOCK=min(block, triton.next_power_of_2(n_supers)), LBLOCK=min(block, triton.next_power_of_2(k * span)),
+        CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins,
         KP=triton.next_power_of_2(k), DIVIDE=divide, PROFILE=clock is not None, num_warps=select_warps,
         **_register_cap(select_registers),
     )  # fmt: skip

@@ -259,13 +259,15 @@ sweeps)
         echo "gputests rc=$?" >> "$W/done" ;;
       kernels)
         python3 -m ddbench.kernel_bench --out "$W/runs/kernels" --impls "${KERNEL_IMPLS:-reference,torch,triton}" \
-          > "$W/runs/kernel_bench.log" 2>&1
+          --profile > "$W/runs/kernel_bench.log" 2>&1
         python3 -m ddbench.kernel_bench --out "$W/runs/kernels-sharp" --impls "${SHARP_IMPLS:-torch,triton}" \
           --logit-scale 12 > "$W/runs/kernel_bench-sharp.log" 2>&1
-        # the register caps of the radix scan and selection (more programs per SM) and the selection's phase
-        # stamps; the scan, group, warps, block, digit and read-back were tuned before (results/kernels/h200-*)
+        # the radix top-K's super-groups (none, and group / super-group pairs around the defaults) and the
+        # selection's phase stamps; the scan, group, warps, block, digit, read-back and register caps were
+        # tuned before (results/kernels/h200-*)
         python3 -m ddbench.topk_tune --out "$W/runs/topk" --vocabs 152064 --tiles "" --chunks "" --warps "" \
-          --groups "" --select-warps "" --blocks "" --log-bins "" --gathers "" --registers 64,80,96 \
+          --groups "" --select-warps "" --blocks "" --log-bins "" --gathers "" --registers "" \
+          --launch "super_group=1;group=32,super_group=8;group=16,super_group=4;super_group=16" \
           > "$W/runs/topk_tune.log" 2>&1
         # the build's default, counted ranks, the depth limits and the phase stamps (the other launch keys were tuned
         # before: build_tune's defaults sweep them)
