@@ -5,18 +5,20 @@
 
 One program builds one request's tree, so at batch 1 the build is a single streaming multiprocessor's latency:
 the launch decides how much of it is spent. Per (batch, budget, logit scale) cell it draws bf16 draft logits
-(randn x scale, L = 16, the kernel benchmark's drafts), takes their top-`budget` lists once, and times as
-CUDA-graph replays (CUDA events; host clock on a CPU) the default build and every launch of the grid: warps x
-HIST_BINS (the kept-key histogram behind the level bound), then each LOG_BINS (the radix selection's digit),
-QCH (entries per step of the rank compares) and CHUNK (candidates per block of the expand / select passes)
-alone, the rest at the default, and counted ranks (SORT_RANKS off: levels and final nodes ordered by counting,
-as above budget 1024, instead of tl.sort). Each tree is checked field by field against the default's. Then the
-default launch at smaller depth limits (--depths): the program stops after that many levels, so the
-differences split the build's time between its levels and its final selection (those trees are checked against
-the torch build at the same limit). Writes cells.csv (one row per launch) and best.csv (per cell: the fastest
-equal launch at the full depth, and the default). On CUDA it also writes phases.csv: the default launch once
-more with every program stamping the SM's cycle counter after each phase of each level (expand, select,
-append, bound) and of the final selection (select, rank, write), as mean microseconds per request
+(randn x scale, L = 16: the kernel benchmark's drafts, the same tensors at the same seed, batch and vocab),
+takes their top-`budget` lists once, and times as CUDA-graph replays (CUDA events; host clock on a CPU) the
+default build and every launch of the grid: warps x HIST_BINS (the kept-key histogram behind the level bound),
+then each LOG_BINS (the radix selection's digit), QCH (entries per step of the rank compares) and CHUNK
+(candidates per block of the expand / select passes) alone, the rest at the default, counted ranks (SORT_RANKS
+off: levels and final nodes ordered by counting, as above budget 1024, instead of tl.sort), and each FINE_BITS
+(the level bound's histogram bucket split by that many more key bits, so that fewer candidates survive to a
+level's selection). Each tree is checked field by field against the default's. Then the default launch at
+smaller depth limits (--depths): the program stops after that many levels, so the differences split the
+build's time between its levels and its final selection (those trees are checked against the torch build at
+the same limit). Writes cells.csv (one row per launch) and best.csv (per cell: the fastest equal launch at
+the full depth, and the default). On CUDA it also writes phases.csv: the default launch once more with every
+program stamping the SM's cycle counter after each phase of each level (expand, select, append, bound) and of
+the final selection (select, rank, write), as mean microseconds per request
 (`tree_build.phase_times`), which says where a level's time goes.
 """
 
@@ -31,10 +33,10 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.kernel_bench import parse_ints, tune_row
+from ddbench.kernel_bench import draft_logits, parse_ints, tune_row
 
 LENGTH = 16
-KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS")  # tree_build.LAUNCH_KEYS, in column order
+KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS")  # tree_build.LAUNCH_KEYS
 COLUMNS = ("batch", "budget", "logit_scale", "max_depth", *KEYS, "us", "equal", "mean_depth", "note")
 PHASE_COLUMNS = ("batch", "budget", "logit_scale", "phase", "us")
 BEST_COLUMNS = ("batch", "budget", "logit_scale", *KEYS, "us", "default_us")
@@ -42,13 +44,14 @@ BEST_COLUMNS = ("batch", "budget", "logit_scale", *KEYS, "us", "default_us")
 
 def launches(
     warps: list[int], hist_bins: list[int], log_bins: list[int], qch: list[int] = (), chunk: list[int] = (),
-    counted_ranks: bool = False,
+    counted_ranks: bool = False, fine_bits: list[int] = (),
 ) -> list[dict]:
     """The default ({}) first, then warps x HIST_BINS, then each LOG_BINS, QCH and CHUNK alone, then
-    (counted_ranks) the ranks counted instead of sorted."""
+    (counted_ranks) the ranks counted instead of sorted, then each FINE_BITS alone."""
     grid = [{"num_warps": w, "HIST_BINS": h} for w in warps for h in hist_bins]
     alone = [{"LOG_BINS": b} for b in log_bins] + [{"QCH": q} for q in qch] + [{"CHUNK": c} for c in chunk]
-    return [{}] + grid + alone + ([{"SORT_RANKS": False}] if counted_ranks else [])
+    fine = [{"FINE_BITS": f} for f in fine_bits]
+    return [{}] + grid + alone + ([{"SORT_RANKS": False}] if counted_ranks else []) + fine
 
 
 def _same_tree(a, b) -> bool:
@@ -71,6 +74,8 @@ def run(
     qch: list[int] = (),
     chunk: list[int] = (),
     counted_ranks: bool = False,
+    seed: int = 0,
+    fine_bits: list[int] = (),
 ) -> list[dict]:
     from ddtree_core import tree as trees
     from ddtree_core.kernels import topk, tree_build
@@ -79,11 +84,10 @@ def run(
     rows, phase_rows = [], []
     for batch, budget in cells:
         for scale in scales:
-            generator = torch.Generator(device=device).manual_seed(batch * 7919 + budget)
-            logits = (torch.randn(batch, LENGTH, vocab, generator=generator, device=device) * scale).bfloat16()
+            logits = draft_logits(batch, LENGTH, vocab, scale, seed, device)
             lists = topk.draft_topk(logits, min(budget, vocab), 1.0)
             expected = tree_build.build_tree_from_topk(lists, budget, LENGTH, budget)
-            grid = launches(warps, hist_bins, log_bins, qch, chunk, counted_ranks and budget <= 1024)
+            grid = launches(warps, hist_bins, log_bins, qch, chunk, counted_ranks and budget <= 1024, fine_bits)
             plan = [(LENGTH, launch) for launch in grid]
             plan += [(depth, {}) for depth in depths if 1 <= depth < LENGTH]
             for depth, launch in plan:
@@ -183,6 +187,10 @@ def main(
     counted_ranks: Annotated[
         bool, typer.Option(help="Also try counted ranks instead of tl.sort (SORT_RANKS off; budgets <= 1024).")
     ] = True,
+    seed: Annotated[int, typer.Option(help="Seed of the draft logits (kernel_bench's --seed gives the same).")] = 0,
+    fine_bits: Annotated[
+        str, typer.Option(help="FINE_BITS to try: the level bound's bucket split by this many more key bits.")
+    ] = "8",
 ) -> None:
     """Time every launch of the Triton tree build on the same lists; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
@@ -192,7 +200,8 @@ def main(
         qch, chunk = "2", "16"
     scale_list = [float(s) for s in scales.split(",") if s.strip()]
     lists = (list(parse_ints(t) or ()) for t in (warps, hist_bins, log_bins, depths, qch, chunk))
-    run(out, _cells(cells), scale_list, vocab, *lists, counted_ranks=counted_ranks)
+    run(out, _cells(cells), scale_list, vocab, *lists, counted_ranks=counted_ranks, seed=seed,
+        fine_bits=list(parse_ints(fine_bits) or ()))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -245,6 +245,13 @@ def reference_estimate_seconds(batch: int, budget: int, vocab: int, length: int)
     return batch * length * vocab * 8e-8 + batch * budget * 3e-5 + batch * (budget + 1) * 6 * 6e-6
 
 
+def draft_logits(batch: int, length: int, vocab: int, scale: float, seed: int, device: str) -> torch.Tensor:
+    """A cell's bf16 draft logits [batch, length, vocab]: randn x scale from a generator on `device` seeded by
+    (seed, batch, vocab), so that every tool (build_tune too) times the same tensors."""
+    generator = torch.Generator(device=device).manual_seed(seed + batch * 7919 + vocab)
+    return (torch.randn((batch, length, vocab), generator=generator, device=device) * scale).bfloat16()
+
+
 def run_cell(
     config: BenchConfig, batch: int, budget: int, vocab: int, impl: str, bandwidth: float | None
 ) -> CellResult:
@@ -267,9 +274,7 @@ def run_cell(
 
 
 def _measure(config: BenchConfig, batch: int, budget: int, vocab: int, impl: str, base: dict) -> CellResult:
-    generator = torch.Generator(device=config.device).manual_seed(config.seed + batch * 7919 + vocab)
-    shape = (batch, config.length, vocab)
-    logits = (torch.randn(shape, generator=generator, device=config.device) * config.logit_scale).bfloat16()
+    logits = draft_logits(batch, config.length, vocab, config.logit_scale, config.seed, config.device)
     stages, num_nodes, depths = round_stages(logits, budget, impl, config.seed)
     mean_nodes = float(num_nodes.float().mean())
     use_graphs = config.device.startswith("cuda") and impl != "reference"
@@ -328,9 +333,7 @@ def kernel_times(fn: Callable[[], object], calls: int = 20) -> dict[str, tuple[f
 
 def profile_rows(config: BenchConfig, batch: int, budget: int, vocab: int, impl: str) -> list[dict]:
     """kernels.csv rows of one cell: every kernel of its eager round (kernel_times), on the cell's inputs."""
-    generator = torch.Generator(device=config.device).manual_seed(config.seed + batch * 7919 + vocab)
-    logits = (torch.randn((batch, config.length, vocab), generator=generator, device=config.device)
-              * config.logit_scale).bfloat16()  # fmt: skip
+    logits = draft_logits(batch, config.length, vocab, config.logit_scale, config.seed, config.device)
     stages, _, _ = round_stages(logits, budget, impl, config.seed)
     cell = {"batch": batch, "budget": budget, "vocab": vocab, "impl": impl}
     times = kernel_times(stages["round"])

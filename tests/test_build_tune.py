@@ -3,6 +3,7 @@
 import csv
 
 import pytest
+import torch
 
 from ddbench import build_tune
 
@@ -10,34 +11,36 @@ from ddbench import build_tune
 def test_sweep_times_every_launch_and_checks_its_trees(tmp_path, monkeypatch):
     monkeypatch.setattr(build_tune, "LENGTH", 3)  # draft positions: 3 keep the interpreter quick
     rows = build_tune.run(tmp_path, cells=[(2, 6)], scales=[12.0], vocab=50, warps=[4, 2], hist_bins=[2, 2048],
-                          log_bins=[4], depths=[1, 2, 3], qch=[2], chunk=[16], counted_ranks=True)  # fmt: skip
+                          log_bins=[4], depths=[1, 2, 3], qch=[2], chunk=[16], counted_ranks=True,
+                          fine_bits=[8])  # fmt: skip
     a = "auto"
     assert [(r["max_depth"], *(r[k] for k in build_tune.KEYS)) for r in rows] == [
-        (3, a, a, a, a, a, a),
-        (3, 4, 2, a, a, a, a),
-        (3, 4, 2048, a, a, a, a),
-        (3, 2, 2, a, a, a, a),
-        (3, 2, 2048, a, a, a, a),
-        (3, a, a, 4, a, a, a),
-        (3, a, a, a, 2, a, a),
-        (3, a, a, a, a, 16, a),
-        (3, a, a, a, a, a, False),
-        (1, a, a, a, a, a, a),
-        (2, a, a, a, a, a, a),
+        (3, a, a, a, a, a, a, a),
+        (3, 4, 2, a, a, a, a, a),
+        (3, 4, 2048, a, a, a, a, a),
+        (3, 2, 2, a, a, a, a, a),
+        (3, 2, 2048, a, a, a, a, a),
+        (3, a, a, 4, a, a, a, a),
+        (3, a, a, a, 2, a, a, a),
+        (3, a, a, a, a, 16, a, a),
+        (3, a, a, a, a, a, False, a),
+        (3, a, a, a, a, a, a, 8),
+        (1, a, a, a, a, a, a, a),
+        (2, a, a, a, a, a, a, a),
     ]  # fmt: skip  (depth 3 = LENGTH: the full build, timed once)
     assert all(r["equal"] is True and r["us"] > 0 for r in rows), [r["note"] for r in rows]
     assert [r["mean_depth"] for r in rows[-2:]] == [1.0, 2.0] and rows[0]["mean_depth"] == 3.0  # sharp drafts
     with open(tmp_path / "best.csv") as stream:
         (best,) = list(csv.DictReader(stream))
-    fastest = min(rows[:9], key=lambda r: r["us"])  # full-depth rows only
+    fastest = min(rows[:10], key=lambda r: r["us"])  # full-depth rows only
     assert (float(best["us"]), float(best["default_us"])) == (fastest["us"], rows[0]["us"])
 
 
 def test_best_skips_unequal_and_failed_launches():
     def row(warps, us, equal):
         return {"batch": 1, "budget": 8, "logit_scale": 4.0, "max_depth": 16, "num_warps": warps, "HIST_BINS": "auto",
-                "LOG_BINS": "auto", "QCH": "auto", "CHUNK": "auto", "SORT_RANKS": "auto", "us": us,
-                "equal": equal}  # fmt: skip
+                "LOG_BINS": "auto", "QCH": "auto", "CHUNK": "auto", "SORT_RANKS": "auto", "FINE_BITS": "auto",
+                "us": us, "equal": equal}  # fmt: skip
 
     shallow = {**row(1, 0.5, True), "max_depth": 2}  # a depth-limited row is no launch candidate
     best = build_tune.best_rows(
@@ -58,3 +61,21 @@ def test_phases_on_cuda(tmp_path):
     with open(tmp_path / "phases.csv") as stream:
         phases = {r["phase"]: float(r["us"]) for r in csv.DictReader(stream)}
     assert {"level0.expand", "final.rank", "total"} <= set(phases) and phases["total"] > 0
+
+
+def test_cells_time_the_kernel_benchmarks_drafts(tmp_path, monkeypatch):
+    """The same tensors as kernel_bench's cell at the same seed, batch and vocabulary (kernel_bench.draft_logits)."""
+    from ddbench import kernel_bench
+
+    seen = []
+    monkeypatch.setattr(build_tune, "LENGTH", 3)
+
+    def recorded(*args):
+        seen.append(kernel_bench.draft_logits(*args))
+        return seen[-1]
+
+    monkeypatch.setattr(build_tune, "draft_logits", recorded)
+    build_tune.run(tmp_path, cells=[(2, 4)], scales=[4.0], vocab=40, warps=[], hist_bins=[], log_bins=[], seed=5)
+    (logits,) = seen
+    assert torch.equal(logits, kernel_bench.draft_logits(2, 3, 40, 4.0, 5, "cpu"))
+    assert not torch.equal(logits, kernel_bench.draft_logits(2, 3, 40, 4.0, 6, "cpu"))

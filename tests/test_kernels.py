@@ -115,6 +115,24 @@ def test_build_random_small_trees():
         assert_same(out, ref)
 
 
+def test_build_with_a_fine_bound_equals_reference():
+    """FINE_BITS (the bound's bucket split further) on random multi-level trees, coarse and default
+    histograms: the bound tightens level after level and its bucket moves (the fine counts start over)."""
+    from ddtree_core.kernels import tree_build
+
+    rng = random.Random(2)
+    generator = torch.Generator().manual_seed(2)
+    for _ in range(12):
+        batch, length, vocab = rng.choice([1, 2]), rng.choice([3, 5, 16]), rng.choice([5, 16, 40])
+        max_budget = rng.choice([7, 16, 33, 64])
+        logits = make_logits(rng.choice(["randn", "bf16", "ties", "peaked"]), batch, length, vocab, generator)
+        topk = draft_topk(logits.to(DEVICE), min(max_budget, vocab), impl="reference")
+        budgets = torch.tensor([rng.randint(1, max_budget) for _ in range(batch)], device=DEVICE)
+        launch = {"FINE_BITS": rng.choice([2, 8]), "HIST_BINS": rng.choice([4, 256])}
+        ref = build_tree_from_topk(topk, budgets, max_budget=max_budget, impl="reference")
+        assert_same(tree_build.build_tree_from_topk(topk, budgets, length, max_budget, launch=launch), ref)
+
+
 def test_build_holding_the_chain_equals_reference():
     """Held trees (every request, or a per-request mask) on every logit flavour, K above and below the budget."""
     rng = random.Random(1)
@@ -148,12 +166,15 @@ def test_build_holding_the_chain_equals_reference():
         {"QCH": 2, "CHUNK": 16},
         {"SORT_RANKS": False},
         {"SORT_RANKS": False, "QCH": 2},
+        {"FINE_BITS": 8},
+        {"FINE_BITS": 3, "HIST_BINS": 2},
+        {"FINE_BITS": 1, "HIST_BINS": 64, "QCH": 2, "CHUNK": 16},
     ],
 )
 def test_build_launch_overrides_keep_the_trees(launch):
     """Launch overrides change the speed only: a 2-bucket histogram (the loosest bound, and its top bucket
     ends at 2**31), other radix digits, one warp, small blocks (many loop steps), counted ranks (the
-    order above N = 1024) instead of the sort."""
+    order above N = 1024) instead of the sort, the bound's bucket split by 1-8 more bits (FINE_BITS)."""
     from ddtree_core.kernels import tree_build
 
     generator = torch.Generator().manual_seed(3)
@@ -182,6 +203,9 @@ def test_build_rejects_bad_launch():
         tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"SORT_RANKS": 1})
     with pytest.raises(ValueError, match="SORT_RANKS needs N <= 1024"):
         tree_build._launch_config(2048, 9000, False, {"SORT_RANKS": True})
+    for bad in (9, -1, True, 2.0):
+        with pytest.raises(ValueError, match="FINE_BITS"):
+            tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"FINE_BITS": bad})
 
 
 def test_phase_times_from_stamps():

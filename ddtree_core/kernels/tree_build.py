@@ -22,7 +22,9 @@ nodes of depth d, with b the request's budget:
   4. bound: a histogram of every kept key by its top bits (256 or 2048 buckets) gives the bucket where the
      kept count reaches b; keys beyond it are beaten by b kept nodes, and so are their children
      (a child's key is never smaller than its parent's), so the bound also cuts the parents of the
-     next level to a prefix of this one.
+     next level to a prefix of this one. FINE_BITS > 0 (a launch key, off by default) splits that
+     bucket by the keys' next bits (`_fine_bound`): a tighter bound, for one more pass over the kept keys
+     whenever the bucket moves.
 Holding the chain (tree.py), a request's keys are 0 on the pairs (0, 0) of finite score, the chain, and
 bits(-score) + 1 elsewhere, as in batched.py; keys stay below INT32_MAX and a child's key is still
 never smaller than its parent's, so steps 1-4 are unchanged.
@@ -261,6 +263,39 @@ def _key_bound(hist, b, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr):
 
 
 @triton.jit
+def _fine_bound(
+    hist, fine, fine_bucket, b, pool_key, pool_n, n_kept,
+    PCH: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
+):  # fmt: skip
+    """Step 4 with the bucket where the kept count reaches b split FINE_BITS further: returns (bound, fine,
+    its bucket). fine [2**FINE_BITS] counts the kept keys of that bucket by their next bits; when the
+    bucket is the one fine already counts, only the level just appended (pool[pool_n:][:n_kept]) is added,
+    else every kept key (pool[1:]) is counted again. The kept keys below the bound are the coarse
+    buckets' before it plus the fine ones up to the fine bucket where the count reaches b, so at least b kept
+    keys are smaller than any key at or beyond it, as step 4 asks; it is never looser than `_key_bound`."""
+    FINE_BINS: tl.constexpr = 1 << FINE_BITS
+    FINE_SHIFT: tl.constexpr = HIST_SHIFT - FINE_BITS
+    cum = tl.cumsum(hist, 0)
+    crossing = tl.sum((cum < b).to(tl.int32), 0)
+    below = tl.sum(tl.where(tl.arange(0, HIST_BINS) < crossing, hist, 0), 0)
+    bounded = crossing < HIST_BINS - 1  # the last bucket ends at 2**31, past int32: no bound there
+    same = crossing == fine_bucket
+    fine = tl.where(same, fine, 0)
+    first = tl.where(same, pool_n, 1)
+    end = tl.where(bounded, pool_n + n_kept, first)
+    offs = tl.arange(0, PCH)
+    p0 = first
+    while p0 < end:
+        key = tl.load(pool_key + p0 + offs, mask=p0 + offs < end, other=0)
+        inside = (p0 + offs < end) & ((key >> HIST_SHIFT) == crossing)
+        fine += tl.histogram((key >> FINE_SHIFT) & (FINE_BINS - 1), FINE_BINS, mask=inside)
+        p0 += PCH
+    sub = tl.sum((tl.cumsum(fine, 0) < b - below).to(tl.int32), 0)
+    bound = tl.where(bounded, (crossing << HIST_SHIFT) + ((sub + 1) << FINE_SHIFT), _I32_MAX)
+    return bound, fine, tl.where(bounded, crossing, -1)
+
+
+@triton.jit
 def _count_below(key_ptr, n, bound, PCH: tl.constexpr):
     """How many of the n keys at key_ptr are < bound."""
     offs = tl.arange(0, PCH)
@@ -335,6 +370,7 @@ def _build_kernel(
     HIST_BINS: tl.constexpr,  # buckets of the kept-key histogram (256: keys >> 23; 2048: keys >> 20)
     HIST_SHIFT: tl.constexpr,  # key bits below a bucket
     SORT_RANKS: tl.constexpr = False,  # order levels and the final nodes by tl.sort, not rank counts (N <= PCH)
+    FINE_BITS: tl.constexpr = 0,  # split the bound's bucket by this many more key bits (_fine_bound; 0: off)
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -366,6 +402,8 @@ def _build_kernel(
     tl.debug_barrier()
 
     hist = tl.zeros([HIST_BINS], tl.int32)
+    fine = tl.zeros([1 << FINE_BITS], tl.int32)  # unused when FINE_BITS = 0
+    fine_bucket = zero - 1
     bound = zero + _I32_MAX
     d = zero
     n_parents = (b > 0).to(tl.int32)
@@ -403,7 +441,12 @@ def _build_kernel(
             )  # fmt: skip
         tl.debug_barrier()
         _stamp(clock_row, 4 + 4 * d, PROFILE)
-        bound = _key_bound(hist, b, HIST_BINS, HIST_SHIFT)
+        if FINE_BITS > 0:
+            bound, fine, fine_bucket = _fine_bound(
+                hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH, HIST_BINS, HIST_SHIFT, FINE_BITS
+            )
+        else:
+            bound = _key_bound(hist, b, HIST_BINS, HIST_SHIFT)
         n_parents = _count_below(pool_key + pool_n, n_kept, bound, PCH)
         _stamp(clock_row, 5 + 4 * d, PROFILE)
         start_par = pool_n
@@ -533,6 +576,7 @@ LAUNCH_KEYS = (
     "QCH",
     "CHUNK",
     "SORT_RANKS",
+    "FINE_BITS",
 )  # the overrides `build_tree_from_topk(launch=)` takes
 
 
@@ -576,6 +620,9 @@ def _checked(launch: dict) -> dict:
     limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384}
     if not isinstance(launch.get("SORT_RANKS", False), bool):
         raise ValueError(f"SORT_RANKS must be a bool, got {launch['SORT_RANKS']!r}")
+    fine_bits = launch.get("FINE_BITS", 0)
+    if isinstance(fine_bits, bool) or not isinstance(fine_bits, int) or not 0 <= fine_bits <= 8:
+        raise ValueError(f"FINE_BITS must be an int in [0, 8], got {fine_bits!r}")
     for key, most in limits.items():
         value = launch.get(key, 16)
         if value < 2 or value & (value - 1) or value > most:
