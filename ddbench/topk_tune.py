@@ -22,9 +22,9 @@ launch's lists are checked against the fused default's (ids exactly, log-probs w
 in different orders). It writes cells.csv (one row per launch; "" where a parameter does not apply) and best.csv
 (per method and cell: the fastest launch with equal lists, that method's default, and the fused default), for
 tuning `topk._plan` / `topk_radix._plan` and choosing between them from data. On CUDA it also writes phases.csv:
-the radix default once more with its selection program stamping the SM's cycle counter after each phase
-(logsumexp, groups: choosing the K best groups, gather: reading them back, rank: the K best tokens written in
-order), as mean microseconds per row. Rows are L = 16 draft positions per request, bf16 logits.
+the radix default (and each --launch) once more with its selection program stamping the SM's cycle counter after
+each phase (logsumexp, groups: choosing the K best groups, gather: reading them back, rank: the K best tokens
+written in order), as mean microseconds per row. Rows are L = 16 draft positions per request, bf16 logits.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ LENGTH = 16
 PARAMS = ("tile", "chunks", "warps", "group", "super_group", "select_warps", "block", "gather", "log_bins",
           "scan_registers", "select_registers")
 COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "equal", "note")
-PHASE_COLUMNS = ("batch", "vocab", "k", "phase", "us")
+PHASE_COLUMNS = ("batch", "vocab", "k", "launch", "phase", "us")
 BEST_COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "auto_us", "fused_auto_us")
 
 
@@ -112,19 +112,22 @@ def run(
                     rows.append(tune_row(row, call, check, COLUMNS))
                 if device == "cuda":
                     cell = {"batch": batch, "vocab": vocab, "k": k}
-                    phase_rows += [cell | {"phase": name, "us": round(us, 2)} for name, us in phases(logits, k).items()]
+                    for launch in [{}, *extra]:  # the default and every --launch
+                        label = ",".join(f"{key}={value}" for key, value in launch.items()) or "default"
+                        phase_rows += [cell | {"launch": label, "phase": name, "us": round(us, 2)}
+                                       for name, us in phases(logits, k, **launch).items()]  # fmt: skip
     _write(out, rows, phase_rows)
     return rows
 
 
-def phases(logits: torch.Tensor, k: int) -> dict[str, float]:
-    """The radix default's selection phases (topk_radix.select_phase_times) after two unstamped calls."""
+def phases(logits: torch.Tensor, k: int, **launch) -> dict[str, float]:
+    """A radix launch's selection phases (topk_radix.select_phase_times) after two unstamped calls."""
     from ddtree_core.kernels import topk_radix
 
     rows = logits.numel() // logits.shape[-1]
     clock = torch.zeros(rows, topk_radix.SELECT_SLOTS, dtype=torch.int64, device=logits.device)
     for stamps in (None, None, clock):
-        topk_radix.draft_topk(logits, k, 1.0, clock=stamps)
+        topk_radix.draft_topk(logits, k, 1.0, clock=stamps, **launch)
     torch.cuda.synchronize()
     return topk_radix.select_phase_times(clock)
 

@@ -86,7 +86,10 @@ def test_best_ignores_unequal_or_failed_launches():
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
 def test_phases_on_cuda(tmp_path):
-    topk_tune.run(tmp_path, batches=[1], vocabs=[3000], ks=[64], tiles=[], chunk_counts=[])
+    topk_tune.run(tmp_path, batches=[1], vocabs=[3000], ks=[64], tiles=[], chunk_counts=[],
+                  extra=[{"super_group": 1, "select_warps": 4}])  # fmt: skip
     with open(tmp_path / "phases.csv") as stream:
-        phases = {r["phase"]: float(r["us"]) for r in csv.DictReader(stream)}
-    assert set(phases) == {"logsumexp", "groups", "gather", "rank", "total"} and phases["total"] > 0
+        rows = list(csv.DictReader(stream))
+    for label in ("default", "super_group=1,select_warps=4"):
+        phases = {r["phase"]: float(r["us"]) for r in rows if r["launch"] == label}
+        assert set(phases) == {"logsumexp", "groups", "gather", "rank", "total"} and phases["total"] > 0
