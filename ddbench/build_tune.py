@@ -12,14 +12,16 @@ then each LOG_BINS (the radix selection's digit), QCH (entries per step of the r
 (candidates per block of the expand / select passes) alone, the rest at the default, counted ranks (SORT_RANKS
 off: levels and final nodes ordered by counting, as above budget 1024, instead of tl.sort), and each FINE_BITS
 (the level bound's histogram bucket split by that many more key bits, so that fewer candidates survive to a
-level's selection). Each tree is checked field by field against the default's. Then the default launch at
-smaller depth limits (--depths): the program stops after that many levels, so the differences split the
-build's time between its levels and its final selection (those trees are checked against the torch build at
-the same limit). Writes cells.csv (one row per launch) and best.csv (per cell: the fastest equal launch at
-the full depth, and the default). On CUDA it also writes phases.csv: the default launch once more with every
-program stamping the SM's cycle counter after each phase of each level (expand, select, append, bound) and of
-the final selection (select, rank, write), as mean microseconds per request
-(`tree_build.phase_times`), which says where a level's time goes.
+level's selection), and SORT_SURVIVORS alone and with each FINE_BITS (a level's survivors, when at most twice
+the budget, ordered by one sort instead of selected). Each tree is checked field by field against the
+default's. Then the default launch at smaller depth limits (--depths): the program stops after that many
+levels, so the differences split the build's time between its levels and its final selection (those trees are
+checked against the torch build at the same limit). Writes cells.csv (one row per launch) and best.csv (per
+cell: the fastest equal launch at the full depth, and the default). On CUDA it also writes phases.csv: the
+default launch (and each FINE_BITS / SORT_SURVIVORS launch) once more with every program stamping the SM's
+cycle counter after each phase of each level (expand, select, append, bound) and of the final selection
+(select, rank, write), as mean microseconds per request (`tree_build.phase_times`), which says where a level's
+time goes.
 """
 
 from __future__ import annotations
@@ -36,22 +38,26 @@ import typer
 from ddbench.kernel_bench import draft_logits, parse_ints, tune_row
 
 LENGTH = 16
-KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS")  # tree_build.LAUNCH_KEYS
+KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS", "SORT_SURVIVORS")
+# tree_build.LAUNCH_KEYS, in column order
 COLUMNS = ("batch", "budget", "logit_scale", "max_depth", *KEYS, "us", "equal", "mean_depth", "note")
-PHASE_COLUMNS = ("batch", "budget", "logit_scale", "phase", "us")
+PHASE_COLUMNS = ("batch", "budget", "logit_scale", "launch", "phase", "us")
 BEST_COLUMNS = ("batch", "budget", "logit_scale", *KEYS, "us", "default_us")
 
 
 def launches(
     warps: list[int], hist_bins: list[int], log_bins: list[int], qch: list[int] = (), chunk: list[int] = (),
-    counted_ranks: bool = False, fine_bits: list[int] = (),
+    counted_ranks: bool = False, fine_bits: list[int] = (), sort_survivors: bool = False,
 ) -> list[dict]:
     """The default ({}) first, then warps x HIST_BINS, then each LOG_BINS, QCH and CHUNK alone, then
-    (counted_ranks) the ranks counted instead of sorted, then each FINE_BITS alone."""
+    (counted_ranks) the ranks counted instead of sorted, then each FINE_BITS alone, then (sort_survivors)
+    SORT_SURVIVORS alone and with each FINE_BITS."""
     grid = [{"num_warps": w, "HIST_BINS": h} for w in warps for h in hist_bins]
     alone = [{"LOG_BINS": b} for b in log_bins] + [{"QCH": q} for q in qch] + [{"CHUNK": c} for c in chunk]
     fine = [{"FINE_BITS": f} for f in fine_bits]
-    return [{}] + grid + alone + ([{"SORT_RANKS": False}] if counted_ranks else []) + fine
+    sort = [{"SORT_SURVIVORS": True}] + [{"FINE_BITS": f, "SORT_SURVIVORS": True} for f in fine_bits]
+    return [{}] + grid + alone + ([{"SORT_RANKS": False}] if counted_ranks else []) + fine + (
+        sort if sort_survivors else [])
 
 
 def _same_tree(a, b) -> bool:
@@ -76,6 +82,7 @@ def run(
     counted_ranks: bool = False,
     seed: int = 0,
     fine_bits: list[int] = (),
+    sort_survivors: bool = False,
 ) -> list[dict]:
     from ddtree_core import tree as trees
     from ddtree_core.kernels import topk, tree_build
@@ -87,7 +94,8 @@ def run(
             logits = draft_logits(batch, LENGTH, vocab, scale, seed, device)
             lists = topk.draft_topk(logits, min(budget, vocab), 1.0)
             expected = tree_build.build_tree_from_topk(lists, budget, LENGTH, budget)
-            grid = launches(warps, hist_bins, log_bins, qch, chunk, counted_ranks and budget <= 1024, fine_bits)
+            grid = launches(warps, hist_bins, log_bins, qch, chunk, counted_ranks and budget <= 1024, fine_bits,
+                            sort_survivors)  # fmt: skip
             plan = [(LENGTH, launch) for launch in grid]
             plan += [(depth, {}) for depth in depths if 1 <= depth < LENGTH]
             for depth, launch in plan:
@@ -106,18 +114,22 @@ def run(
                 rows.append(tune_row(row, call, check, COLUMNS))
             if device == "cuda":
                 cell = {"batch": batch, "budget": budget, "logit_scale": scale}
-                phase_rows += [cell | {"phase": name, "us": round(us, 2)} for name, us in phases(lists, budget).items()]
+                staged = [launch for launch in grid if {"FINE_BITS", "SORT_SURVIVORS"} & set(launch)]
+                for launch in [{}, *staged]:  # the default and the launches that change the levels' work
+                    label = ",".join(f"{key}={value}" for key, value in launch.items()) or "default"
+                    phase_rows += [cell | {"launch": label, "phase": name, "us": round(us, 2)}
+                                   for name, us in phases(lists, budget, launch).items()]  # fmt: skip
     _write(out, rows, phase_rows)
     return rows
 
 
-def phases(lists, budget: int) -> dict[str, float]:
-    """The default launch's phase times (tree_build.phase_times) after two unstamped warm-up builds."""
+def phases(lists, budget: int, launch: dict | None = None) -> dict[str, float]:
+    """A launch's phase times (tree_build.phase_times) after two unstamped warm-up builds."""
     from ddtree_core.kernels import tree_build
 
     clock = torch.zeros(lists.log_probs.shape[0], tree_build.clock_slots(LENGTH), dtype=torch.int64, device="cuda")
     for stamps in (None, None, clock):
-        tree_build.build_tree_from_topk(lists, budget, LENGTH, budget, clock=stamps)
+        tree_build.build_tree_from_topk(lists, budget, LENGTH, budget, launch=launch, clock=stamps)
     torch.cuda.synchronize()
     return tree_build.phase_times(clock, LENGTH)
 
@@ -191,6 +203,10 @@ def main(
     fine_bits: Annotated[
         str, typer.Option(help="FINE_BITS to try: the level bound's bucket split by this many more key bits.")
     ] = "8",
+    sort_survivors: Annotated[
+        bool, typer.Option(help="Also try SORT_SURVIVORS (a level's survivors sorted once, not selected), alone and "
+                           "with each FINE_BITS.")
+    ] = True,
 ) -> None:
     """Time every launch of the Triton tree build on the same lists; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
@@ -201,7 +217,7 @@ def main(
     scale_list = [float(s) for s in scales.split(",") if s.strip()]
     lists = (list(parse_ints(t) or ()) for t in (warps, hist_bins, log_bins, depths, qch, chunk))
     run(out, _cells(cells), scale_list, vocab, *lists, counted_ranks=counted_ranks, seed=seed,
-        fine_bits=list(parse_ints(fine_bits) or ()))  # fmt: skip
+        fine_bits=list(parse_ints(fine_bits) or ()), sort_survivors=sort_survivors)  # fmt: skip
 
 
 if __name__ == "__main__":

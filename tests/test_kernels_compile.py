@@ -62,7 +62,8 @@ def profiled_build(arch: int) -> None:
     assert "%globaltimer" in ptx and "%clock64" in ptx
     counting = compile_for(tree_build._build_kernel, arch, pointers, launch | {"HOLD": 1, "SORT_RANKS": False}, warps)
     assert counting.asm["cubin"]
-    fine = compile_for(tree_build._build_kernel, arch, pointers, launch | {"HOLD": 0, "FINE_BITS": 8}, warps)
+    fine = compile_for(tree_build._build_kernel, arch, pointers,
+                       launch | {"HOLD": 0, "FINE_BITS": 8, "SORT_SURVIVORS": True}, warps)  # fmt: skip
     assert fine.asm["cubin"]
 
 

@@ -24,7 +24,8 @@ nodes of depth d, with b the request's budget:
      (a child's key is never smaller than its parent's), so the bound also cuts the parents of the
      next level to a prefix of this one. FINE_BITS > 0 (a launch key, off by default) splits that
      bucket by the keys' next bits (`_fine_bound`): a tighter bound, for one more pass over the kept keys
-     whenever the bucket moves.
+     whenever the bucket moves. SORT_SURVIVORS (a launch key, off by default) does steps 2 and 3 in one
+     tl.sort when at most 2b (and 1,024) candidates survive (`_append_sorted`).
 Holding the chain (tree.py), a request's keys are 0 on the pairs (0, 0) of finite score, the chain, and
 bits(-score) + 1 elsewhere, as in batched.py; keys stay below INT32_MAX and a child's key is still
 never smaller than its parent's, so steps 1-4 are unchanged.
@@ -239,6 +240,31 @@ def _append_level(
 
 
 @triton.jit
+def _append_sorted(
+    src_key, src_pk, n, n_kept, depth, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist, lp_level, s_lk,
+    SCH: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr,
+):  # fmt: skip
+    """Steps 2 and 3 in one sort, for n <= SCH survivors in (i, r) order: tl.sort of (key, pk) puts them in
+    level order (pk orders like (i, r)), so its first n_kept are the n_kept smallest with equal keys in list
+    order, which `_select_bucket` keeps; they are appended as `_append_level` appends (scores recomputed
+    from the pairs). Returns the histogram with their keys added."""
+    offs = tl.arange(0, SCH)
+    m = offs < n
+    key = tl.load(src_key + offs, mask=m, other=_I32_MAX)
+    pk = tl.load(src_pk + offs, mask=m, other=_I32_MAX)
+    key, pk = _sort_pairs(key, pk)
+    keep = offs < n_kept
+    parent_score = tl.load(pool_score + (pk >> 16), mask=keep, other=0.0)
+    score = parent_score + tl.load(lp_level + (pk & 0xFFFF) * s_lk, mask=keep, other=0.0)
+    slot = pool_n + offs
+    tl.store(pool_key + slot, key, mask=keep)
+    tl.store(pool_pk + slot, pk, mask=keep)
+    tl.store(pool_score + slot, score, mask=keep)
+    tl.store(pool_depth + slot, pk * 0 + depth, mask=keep)
+    return hist + tl.histogram(key >> HIST_SHIFT, HIST_BINS, mask=keep)
+
+
+@triton.jit
 def _ascending(key_ptr, n, CHUNK: tl.constexpr):
     """Whether the n keys at key_ptr never decrease."""
     offs = tl.arange(0, CHUNK)
@@ -371,6 +397,8 @@ def _build_kernel(
     HIST_SHIFT: tl.constexpr,  # key bits below a bucket
     SORT_RANKS: tl.constexpr = False,  # order levels and the final nodes by tl.sort, not rank counts (N <= PCH)
     FINE_BITS: tl.constexpr = 0,  # split the bound's bucket by this many more key bits (_fine_bound; 0: off)
+    SORT_SURVIVORS: tl.constexpr = False,  # a level with b < survivors <= SCH: one sort, no selection
+    SCH: tl.constexpr = 16,  # survivors sorted at once when SORT_SURVIVORS (a power of two)
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -421,7 +449,13 @@ def _build_kernel(
         # A list in (i, r) order whose keys never decrease is in level order as it stands: no ranks needed
         # (always at level 0, whose candidates (0, r) follow the best-first lists; so with one parent).
         in_order = _ascending(cand_key, n_valid, CHUNK)
-        if n_valid > b:
+        if SORT_SURVIVORS & (n_valid > b) & (n_valid <= SCH):
+            _stamp(clock_row, 3 + 4 * d, PROFILE)
+            hist = _append_sorted(
+                cand_key, cand_pk, n_valid, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
+                lp_row + d * s_ll, s_lk, SCH, HIST_BINS, HIST_SHIFT,
+            )  # fmt: skip
+        elif n_valid > b:
             lower, upper, left = _select_bucket(cand_key, n_valid, b, CHUNK, LOG_BINS)
             _compact_selected(
                 cand_key, cand_pk, cand_score, n_valid, lower, upper, left, comp_key, comp_pk, comp_score,
@@ -577,6 +611,7 @@ LAUNCH_KEYS = (
     "CHUNK",
     "SORT_RANKS",
     "FINE_BITS",
+    "SORT_SURVIVORS",
 )  # the overrides `build_tree_from_topk(launch=)` takes
 
 
@@ -609,6 +644,7 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "HIST_SHIFT": 31 - (hist_bins.bit_length() - 1),  # keys < 2**31: bucket = key >> HIST_SHIFT
         "num_warps": 4 if n <= 128 else 8,
         "SORT_RANKS": n <= pch,
+        "SCH": min(1024, 2 * pch),
     } | launch
 
 
@@ -618,8 +654,9 @@ def _checked(launch: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
     limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384}
-    if not isinstance(launch.get("SORT_RANKS", False), bool):
-        raise ValueError(f"SORT_RANKS must be a bool, got {launch['SORT_RANKS']!r}")
+    for key in ("SORT_RANKS", "SORT_SURVIVORS"):
+        if not isinstance(launch.get(key, False), bool):
+            raise ValueError(f"{key} must be a bool, got {launch[key]!r}")
     fine_bits = launch.get("FINE_BITS", 0)
     if isinstance(fine_bits, bool) or not isinstance(fine_bits, int) or not 0 <= fine_bits <= 8:
         raise ValueError(f"FINE_BITS must be an int in [0, 8], got {fine_bits!r}")
