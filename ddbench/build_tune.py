@@ -35,7 +35,7 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.kernel_bench import draft_logits, parse_ints, tune_row
+from ddbench.kernel_bench import draft_logits, launch_label, parse_ints, tune_row
 
 LENGTH = 16
 KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS", "SORT_SURVIVORS")
@@ -116,7 +116,7 @@ def run(
                 cell = {"batch": batch, "budget": budget, "logit_scale": scale}
                 staged = [launch for launch in grid if {"FINE_BITS", "SORT_SURVIVORS"} & set(launch)]
                 for launch in [{}, *staged]:  # the default and the launches that change the levels' work
-                    label = ",".join(f"{key}={value}" for key, value in launch.items()) or "default"
+                    label = launch_label(launch)
                     phase_rows += [cell | {"launch": label, "phase": name, "us": round(us, 2)}
                                    for name, us in phases(lists, budget, launch).items()]  # fmt: skip
     _write(out, rows, phase_rows)

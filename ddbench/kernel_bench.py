@@ -139,6 +139,11 @@ def graph_seconds(fn: Callable[[], object], min_seconds: float) -> float:
         del graph
 
 
+def launch_label(launch: dict) -> str:
+    """A launch's overrides as "key=value,...", or "default" for none (the tuners' phases.csv)."""
+    return ",".join(f"{key}={value}" for key, value in launch.items()) or "default"
+
+
 def tune_row(row: dict, call: Callable[[], object], check: Callable[[object], dict], columns: Sequence[str]) -> dict:
     """One launch of a tuning sweep: row gets check(call())'s fields (e.g. equal), then us, the mean of
     CUDA-graph replays of call (host clock on a CPU), and note; a launch that fails costs its row only
@@ -413,10 +418,7 @@ def write_dict_csv(path: Path, rows: list[dict], columns: Sequence[str]) -> None
 def write_cells_csv(path: Path, results: list, cls: type) -> list[dict]:
     """cells.csv of dataclass results (columns: cls's fields); returns the rows as dicts."""
     rows = [dataclasses.asdict(r) for r in results]
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[f.name for f in dataclasses.fields(cls)])
-        writer.writeheader()
-        writer.writerows(rows)
+    write_dict_csv(path, rows, [f.name for f in dataclasses.fields(cls)])
     return rows
 
 

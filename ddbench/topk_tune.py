@@ -37,7 +37,7 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.kernel_bench import parse_ints, tune_row
+from ddbench.kernel_bench import launch_label, parse_ints, tune_row
 
 LENGTH = 16
 PARAMS = ("tile", "chunks", "warps", "group", "super_group", "select_warps", "block", "gather", "log_bins",
@@ -113,7 +113,7 @@ def run(
                 if device == "cuda":
                     cell = {"batch": batch, "vocab": vocab, "k": k}
                     for launch in [{}, *extra]:  # the default and every --launch
-                        label = ",".join(f"{key}={value}" for key, value in launch.items()) or "default"
+                        label = launch_label(launch)
                         phase_rows += [cell | {"launch": label, "phase": name, "us": round(us, 2)}
                                        for name, us in phases(logits, k, **launch).items()]  # fmt: skip
     _write(out, rows, phase_rows)

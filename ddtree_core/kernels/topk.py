@@ -194,11 +194,18 @@ def _compact_top(entry_ptr, n, top, bottom, left, dst_ptr, BLOCK: tl.constexpr, 
 
 
 @triton.jit
+def _keep_top(entry_ptr, n, need, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KEYS: tl.constexpr = False):
+    """`_select_top` of n > need entries, then `_compact_top` of the choice in place: returns (need, the
+    smallest key kept); KEYS as for both."""
+    top, bottom, left = _select_top(entry_ptr, n, need, BLOCK, LOG_BINS, KEYS)
+    return _compact_top(entry_ptr, n, top, bottom, left, entry_ptr, BLOCK, KEYS)
+
+
+@triton.jit
 def _shrink(entry_ptr, n, k, floor, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr):
     """Cut the list to its k best in place; returns (k, the raised floor)."""
     tl.debug_barrier()  # the appended entries are visible to every thread
-    top, bottom, left = _select_top(entry_ptr, n, k, BLOCK, LOG_BINS)
-    n, kth = _compact_top(entry_ptr, n, top, bottom, left, entry_ptr, BLOCK)
+    n, kth = _keep_top(entry_ptr, n, k, BLOCK, LOG_BINS)
     tl.debug_barrier()
     return n, tl.maximum(floor, kth + 1)
 
@@ -386,8 +393,7 @@ def _chunks_logsumexp(stat_ptr, chunks, CP: tl.constexpr):
 def _write_best(cand, n, k, lse, lp_row, ids_row, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr):
     """The k best of the n >= k entries at cand (selected in place), written best first."""
     if n > k:
-        top, bottom, left = _select_top(cand, n, k, BLOCK, LOG_BINS)
-        _compact_top(cand, n, top, bottom, left, cand, BLOCK)
+        _keep_top(cand, n, k, BLOCK, LOG_BINS)
         tl.debug_barrier()
     _write_ranked(cand, k, lse, lp_row, ids_row, KP)
 

@@ -76,11 +76,10 @@ from ddtree_core.kernels.topk import (
     _FLT_MAX,
     _NINF_KEY,
     _chunks_logsumexp,
-    _compact_top,
     _entry,
+    _keep_top,
     _key_value,
     _order_key,
-    _select_top,
     _shrink,
     _write_best,
     check_k,
@@ -257,8 +256,7 @@ def _select_kernel(
             floor = _choose_by_supers(groups, n_groups, super_ptr + row.to(tl.int64) * n_supers, n_supers,
                                       list_ptr + row.to(tl.int64) * k * S, k, S, SBLOCK, LBLOCK, LOG_BINS)  # fmt: skip
         else:
-            top, bottom, left = _select_top(groups, n_groups, k, GBLOCK, LOG_BINS, KEYS=True)
-            _, floor = _compact_top(groups, n_groups, top, bottom, left, groups, GBLOCK, KEYS=True)  # floor = tau
+            _, floor = _keep_top(groups, n_groups, k, GBLOCK, LOG_BINS, KEYS=True)  # floor = tau
         tl.debug_barrier()
     stamp(clock_row, 3, PROFILE)
     total = tl.minimum(n_groups, k) * G  # tokens of the chosen groups
@@ -295,8 +293,7 @@ def _choose_by_supers(
     """The K best groups by way of the K best super-groups (n_supers > K), which hold them (the module
     docstring's argument, one level up): their indices, in group order, over the front of `groups`;
     returns tau, the smallest chosen group key. `keys` [K * S] is scratch."""
-    top, bottom, left = _select_top(supers, n_supers, k, SBLOCK, LOG_BINS, KEYS=True)
-    _compact_top(supers, n_supers, top, bottom, left, supers, SBLOCK, KEYS=True)  # their indices, in order
+    _keep_top(supers, n_supers, k, SBLOCK, LOG_BINS, KEYS=True)  # their indices, in order
     tl.debug_barrier()
     offs = tl.arange(0, LBLOCK)
     last = tl.load(supers + k - 1)  # only the last super-group can be partial, and its groups come last
@@ -308,8 +305,7 @@ def _choose_by_supers(
         tl.store(keys + j, tl.load(groups + group, mask=j < n, other=0), mask=j < n)
         j0 += LBLOCK
     tl.debug_barrier()
-    top, bottom, left = _select_top(keys, n, k, LBLOCK, LOG_BINS, KEYS=True)  # n >= K: one group per super
-    _, tau = _compact_top(keys, n, top, bottom, left, keys, LBLOCK, KEYS=True)  # their places j, in order
+    _, tau = _keep_top(keys, n, k, LBLOCK, LOG_BINS, KEYS=True)  # n >= K (one group per super): places j
     tl.debug_barrier()
     j0 = n * 0
     while j0 < k:

@@ -225,18 +225,35 @@ def _append_level(
             score = tl.load(src_score + p0 + offs, mask=pm, other=0.0)
         elif SORT_RANKS:
             key, pk = _sort_pairs(key, tl.where(pm, pk, _I32_MAX))
-            parent_score = tl.load(pool_score + (pk >> 16), mask=pm, other=0.0)
-            score = parent_score + tl.load(lp_level + (pk & 0xFFFF) * s_lk, mask=pm, other=0.0)
+            score = _pair_score(pk, pm, pool_score, lp_level, s_lk)
         else:
             slot = pool_n + _rank(key, pk, src_key, src_pk, n, PCH, QCH)
             score = tl.load(src_score + p0 + offs, mask=pm, other=0.0)
-        tl.store(pool_key + slot, key, mask=pm)
-        tl.store(pool_pk + slot, pk, mask=pm)
-        tl.store(pool_score + slot, score, mask=pm)
-        tl.store(pool_depth + slot, pk * 0 + depth, mask=pm)
-        hist += tl.histogram(key >> HIST_SHIFT, HIST_BINS, mask=pm)
+        hist = _pool_write(slot, key, pk, score, depth, pm, pool_key, pool_pk, pool_score, pool_depth, hist,
+                           HIST_BINS, HIST_SHIFT)  # fmt: skip
         p0 += PCH
     return hist
+
+
+@triton.jit
+def _pair_score(pk, mask, pool_score, lp_level, s_lk):
+    """The score of pairs pk = parent pool index << 16 | rank, as the expand computes it (the parent's
+    score + lp_level[rank], float32)."""
+    parent_score = tl.load(pool_score + (pk >> 16), mask=mask, other=0.0)
+    return parent_score + tl.load(lp_level + (pk & 0xFFFF) * s_lk, mask=mask, other=0.0)
+
+
+@triton.jit
+def _pool_write(
+    slot, key, pk, score, depth, mask, pool_key, pool_pk, pool_score, pool_depth, hist,
+    HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr,
+):  # fmt: skip
+    """Write kept nodes to the pool at `slot`; returns the kept-key histogram with their keys added."""
+    tl.store(pool_key + slot, key, mask=mask)
+    tl.store(pool_pk + slot, pk, mask=mask)
+    tl.store(pool_score + slot, score, mask=mask)
+    tl.store(pool_depth + slot, pk * 0 + depth, mask=mask)
+    return hist + tl.histogram(key >> HIST_SHIFT, HIST_BINS, mask=mask)
 
 
 @triton.jit
@@ -254,14 +271,9 @@ def _append_sorted(
     pk = tl.load(src_pk + offs, mask=m, other=_I32_MAX)
     key, pk = _sort_pairs(key, pk)
     keep = offs < n_kept
-    parent_score = tl.load(pool_score + (pk >> 16), mask=keep, other=0.0)
-    score = parent_score + tl.load(lp_level + (pk & 0xFFFF) * s_lk, mask=keep, other=0.0)
-    slot = pool_n + offs
-    tl.store(pool_key + slot, key, mask=keep)
-    tl.store(pool_pk + slot, pk, mask=keep)
-    tl.store(pool_score + slot, score, mask=keep)
-    tl.store(pool_depth + slot, pk * 0 + depth, mask=keep)
-    return hist + tl.histogram(key >> HIST_SHIFT, HIST_BINS, mask=keep)
+    score = _pair_score(pk, keep, pool_score, lp_level, s_lk)
+    return _pool_write(pool_n + offs, key, pk, score, depth, keep, pool_key, pool_pk, pool_score, pool_depth, hist,
+                       HIST_BINS, HIST_SHIFT)  # fmt: skip
 
 
 @triton.jit
