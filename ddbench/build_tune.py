@@ -10,16 +10,16 @@ takes their top-`budget` lists once, and times as CUDA-graph replays (CUDA event
 default build and every launch of the grid: warps x HIST_BINS (the kept-key histogram behind the level bound),
 then each LOG_BINS (the radix selection's digit), QCH (entries per step of the rank compares) and CHUNK
 (candidates per block of the expand / select passes) alone, the rest at the default, counted ranks (SORT_RANKS
-off: levels and final nodes ordered by counting, as above budget 1024, instead of tl.sort), and each FINE_BITS
-(the level bound's histogram bucket split by that many more key bits, so that fewer candidates survive to a
-level's selection), and SORT_SURVIVORS alone and with each FINE_BITS (a level's survivors, when at most twice
-the budget, ordered by one sort instead of selected). Each tree is checked field by field against the
-default's. Then the default launch at smaller depth limits (--depths): the program stops after that many
-levels, so the differences split the build's time between its levels and its final selection (those trees are
-checked against the torch build at the same limit). Writes cells.csv (one row per launch) and best.csv (per
-cell: the fastest equal launch at the full depth, and the default). On CUDA it also writes phases.csv: the
-default launch (and each FINE_BITS / SORT_SURVIVORS launch) once more with every program stamping the SM's
-cycle counter after each phase of each level (expand, select, append, bound) and of the final selection
+off: levels and final nodes ordered by counting, as above budget 1024, instead of tl.sort), and the --launch
+launches (by default the former defaults: the level bound's histogram bucket not split further, FINE_BITS=0;
+a level's survivors selected, not sorted, SORT_SURVIVORS=0; the final nodes selected and ranked, not sorted,
+FCH=0; all three and each alone). Each tree is checked field by field against the default's. Then the
+default launch at smaller depth limits (--depths): the program stops after that many levels, so the
+differences split the build's time between its levels and its final selection (those trees are checked
+against the torch build at the same limit). Writes cells.csv (one row per launch) and best.csv (per cell:
+the fastest equal launch at the full depth, and the default). On CUDA it also writes phases.csv: the default
+launch and each --launch launch once more with every program stamping the SM's cycle counter after each
+phase of each level (expand, select, append, bound) and of the final selection
 (select, rank, write), as mean microseconds per request (`tree_build.phase_times`), which says where a level's
 time goes.
 """
@@ -35,10 +35,11 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.kernel_bench import draft_logits, launch_label, parse_ints, tune_row
+from ddbench.kernel_bench import draft_logits, launch_label, parse_ints, parse_launches, tune_row
 
 LENGTH = 16
-KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS", "SORT_SURVIVORS")
+KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS", "SORT_SURVIVORS", "FCH")
+FLAGS = ("SORT_RANKS", "SORT_SURVIVORS")  # the bool keys
 # tree_build.LAUNCH_KEYS, in column order
 COLUMNS = ("batch", "budget", "logit_scale", "max_depth", *KEYS, "us", "equal", "mean_depth", "note")
 PHASE_COLUMNS = ("batch", "budget", "logit_scale", "launch", "phase", "us")
@@ -47,17 +48,13 @@ BEST_COLUMNS = ("batch", "budget", "logit_scale", *KEYS, "us", "default_us")
 
 def launches(
     warps: list[int], hist_bins: list[int], log_bins: list[int], qch: list[int] = (), chunk: list[int] = (),
-    counted_ranks: bool = False, fine_bits: list[int] = (), sort_survivors: bool = False,
+    counted_ranks: bool = False, extra: list[dict] = (),
 ) -> list[dict]:
     """The default ({}) first, then warps x HIST_BINS, then each LOG_BINS, QCH and CHUNK alone, then
-    (counted_ranks) the ranks counted instead of sorted, then each FINE_BITS alone, then (sort_survivors)
-    SORT_SURVIVORS alone and with each FINE_BITS."""
+    (counted_ranks) the ranks counted instead of sorted, then the `extra` launches."""
     grid = [{"num_warps": w, "HIST_BINS": h} for w in warps for h in hist_bins]
     alone = [{"LOG_BINS": b} for b in log_bins] + [{"QCH": q} for q in qch] + [{"CHUNK": c} for c in chunk]
-    fine = [{"FINE_BITS": f} for f in fine_bits]
-    sort = [{"SORT_SURVIVORS": True}] + [{"FINE_BITS": f, "SORT_SURVIVORS": True} for f in fine_bits]
-    return [{}] + grid + alone + ([{"SORT_RANKS": False}] if counted_ranks else []) + fine + (
-        sort if sort_survivors else [])
+    return [{}] + grid + alone + ([{"SORT_RANKS": False}] if counted_ranks else []) + list(extra)
 
 
 def _same_tree(a, b) -> bool:
@@ -81,8 +78,7 @@ def run(
     chunk: list[int] = (),
     counted_ranks: bool = False,
     seed: int = 0,
-    fine_bits: list[int] = (),
-    sort_survivors: bool = False,
+    extra: list[dict] = (),
 ) -> list[dict]:
     from ddtree_core import tree as trees
     from ddtree_core.kernels import topk, tree_build
@@ -94,8 +90,7 @@ def run(
             logits = draft_logits(batch, LENGTH, vocab, scale, seed, device)
             lists = topk.draft_topk(logits, min(budget, vocab), 1.0)
             expected = tree_build.build_tree_from_topk(lists, budget, LENGTH, budget)
-            grid = launches(warps, hist_bins, log_bins, qch, chunk, counted_ranks and budget <= 1024, fine_bits,
-                            sort_survivors)  # fmt: skip
+            grid = launches(warps, hist_bins, log_bins, qch, chunk, counted_ranks and budget <= 1024, extra)
             plan = [(LENGTH, launch) for launch in grid]
             plan += [(depth, {}) for depth in depths if 1 <= depth < LENGTH]
             for depth, launch in plan:
@@ -114,8 +109,7 @@ def run(
                 rows.append(tune_row(row, call, check, COLUMNS))
             if device == "cuda":
                 cell = {"batch": batch, "budget": budget, "logit_scale": scale}
-                staged = [launch for launch in grid if {"FINE_BITS", "SORT_SURVIVORS"} & set(launch)]
-                for launch in [{}, *staged]:  # the default and the launches that change the levels' work
+                for launch in [{}, *extra]:
                     label = launch_label(launch)
                     phase_rows += [cell | {"launch": label, "phase": name, "us": round(us, 2)}
                                    for name, us in phases(lists, budget, launch).items()]  # fmt: skip
@@ -200,13 +194,13 @@ def main(
         bool, typer.Option(help="Also try counted ranks instead of tl.sort (SORT_RANKS off; budgets <= 1024).")
     ] = True,
     seed: Annotated[int, typer.Option(help="Seed of the draft logits (kernel_bench's --seed gives the same).")] = 0,
-    fine_bits: Annotated[
-        str, typer.Option(help="FINE_BITS to try: the level bound's bucket split by this many more key bits.")
-    ] = "8",
-    sort_survivors: Annotated[
-        bool, typer.Option(help="Also try SORT_SURVIVORS (a level's survivors sorted once, not selected), alone and "
-                           "with each FINE_BITS.")
-    ] = True,
+    launch: Annotated[
+        str,
+        typer.Option(help="More launches, ';' between launches, each key=value pairs of tree_build.LAUNCH_KEYS "
+                     "(0 / 1 for SORT_RANKS and SORT_SURVIVORS); phases.csv stamps each. The default tries the "
+                     "former defaults: FINE_BITS=0 (the bound's bucket not split), SORT_SURVIVORS=0 (levels "
+                     "selected, not sorted), FCH=0 (final nodes selected, not sorted), together and alone.")
+    ] = "FINE_BITS=0,SORT_SURVIVORS=0,FCH=0;FINE_BITS=0;SORT_SURVIVORS=0;FCH=0",
 ) -> None:
     """Time every launch of the Triton tree build on the same lists; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
@@ -216,8 +210,8 @@ def main(
         qch, chunk = "2", "16"
     scale_list = [float(s) for s in scales.split(",") if s.strip()]
     lists = (list(parse_ints(t) or ()) for t in (warps, hist_bins, log_bins, depths, qch, chunk))
-    run(out, _cells(cells), scale_list, vocab, *lists, counted_ranks=counted_ranks, seed=seed,
-        fine_bits=list(parse_ints(fine_bits) or ()), sort_survivors=sort_survivors)  # fmt: skip
+    extra = parse_launches(launch, KEYS, FLAGS)
+    run(out, _cells(cells), scale_list, vocab, *lists, counted_ranks=counted_ranks, seed=seed, extra=extra)
 
 
 if __name__ == "__main__":

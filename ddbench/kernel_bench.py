@@ -139,6 +139,22 @@ def graph_seconds(fn: Callable[[], object], min_seconds: float) -> float:
         del graph
 
 
+def parse_launches(text: str, keys: Sequence[str], flags: Sequence[str] = ()) -> list[dict]:
+    """Launches from "key=value,key=value;...", one per ';' part: keys from `keys`, values ints (0 / 1 for the
+    keys in `flags`, which become bools)."""
+    found = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        launch = {}
+        for item in part.split(","):
+            key, _, value = (s.strip() for s in item.partition("="))
+            if key not in keys or not value.isdigit() or (key in flags and value not in ("0", "1")):
+                raise typer.BadParameter(f"a launch is key=value pairs with keys from {', '.join(keys)} and int "
+                                         f"values (0 or 1 for {', '.join(flags) or 'none'}), got {item!r} in {part!r}")
+            launch[key] = bool(int(value)) if key in flags else int(value)
+        found.append(launch)
+    return found
+
+
 def launch_label(launch: dict) -> str:
     """A launch's overrides as "key=value,...", or "default" for none (the tuners' phases.csv)."""
     return ",".join(f"{key}={value}" for key, value in launch.items()) or "default"

@@ -37,7 +37,7 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.kernel_bench import launch_label, parse_ints, tune_row
+from ddbench.kernel_bench import launch_label, parse_ints, parse_launches, tune_row
 
 LENGTH = 16
 PARAMS = ("tile", "chunks", "warps", "group", "super_group", "select_warps", "block", "gather", "log_bins",
@@ -51,7 +51,7 @@ def launches(
     tiles, chunk_counts, warp_counts, groups, select_warps, blocks=(), log_bins=(), gathers=(), registers=(), extra=()
 ) -> list[tuple[str, dict]]:
     """(method, keyword arguments) of every launch of a cell, each method's default ({}) first; `extra`: more
-    radix launches, each a dict of PARAMS (parse_launches)."""
+    radix launches, each a dict of PARAMS (kernel_bench.parse_launches)."""
     scan = [{"tile": t, "chunks": c, "warps": w} for t in tiles for c in chunk_counts for w in warp_counts]
     select = [{"group": g, "select_warps": w} for g in groups for w in select_warps]
     select += [{"block": b, "log_bins": n} for b in blocks for n in log_bins]
@@ -146,22 +146,6 @@ def group_max_keys(logits: torch.Tensor, k: int) -> torch.Tensor:
     return keys.view(keys.shape[0], -1, group).amax(dim=2)
 
 
-def parse_launches(text: str) -> list[dict]:
-    """Radix launches from "key=value,key=value;...", keys from PARAMS, values ints: one launch per ';' part."""
-    found = []
-    for part in filter(None, (p.strip() for p in text.split(";"))):
-        launch = {}
-        for item in part.split(","):
-            key, _, value = item.partition("=")
-            key = key.strip()
-            if key not in PARAMS or not value.strip().isdigit():
-                raise typer.BadParameter(f"a launch is key=value pairs with keys from {', '.join(PARAMS)} and int "
-                                         f"values, got {item!r} in {part!r}")  # fmt: skip
-            launch[key] = int(value)
-        found.append(launch)
-    return found
-
-
 def _is_default(row: dict) -> bool:
     return all(row[p] in ("auto", "") for p in PARAMS)
 
@@ -238,7 +222,7 @@ def main(
     texts = (batches, vocabs, ks, tiles, chunks, warps, groups, select_warps, blocks, log_bins, gathers, registers)
     if smoke:
         texts = ("1,2", "300", "4", "64,128", "1,2", "4", "8", "4", "64", "8", "32", "64")
-    extra = parse_launches(launch)
+    extra = parse_launches(launch, PARAMS)
     run(out, *(list(parse_ints(text) or ()) for text in texts), extra)  # "" tries none (--groups "")
 
 

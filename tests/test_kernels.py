@@ -118,7 +118,8 @@ def test_build_random_small_trees():
 def test_build_with_a_fine_bound_equals_reference():
     """FINE_BITS (the bound's bucket split further) on random multi-level trees, coarse and default
     histograms: the bound tightens level after level and its bucket moves (the fine counts start over);
-    with and without SORT_SURVIVORS (a level's survivors sorted once when at most 2b)."""
+    with and without SORT_SURVIVORS (a level's survivors sorted once when at most 2b), the final nodes
+    sorted (FCH) or selected."""
     from ddtree_core.kernels import tree_build
 
     rng = random.Random(2)
@@ -130,7 +131,7 @@ def test_build_with_a_fine_bound_equals_reference():
         topk = draft_topk(logits.to(DEVICE), min(max_budget, vocab), impl="reference")
         budgets = torch.tensor([rng.randint(1, max_budget) for _ in range(batch)], device=DEVICE)
         launch = {"FINE_BITS": rng.choice([2, 8]), "HIST_BINS": rng.choice([4, 256]),
-                  "SORT_SURVIVORS": rng.random() < 0.5}  # fmt: skip
+                  "SORT_SURVIVORS": rng.random() < 0.5, "FCH": rng.choice([0, 8, 64, 1024])}  # fmt: skip
         ref = build_tree_from_topk(topk, budgets, max_budget=max_budget, impl="reference")
         assert_same(tree_build.build_tree_from_topk(topk, budgets, length, max_budget, launch=launch), ref)
 
@@ -166,20 +167,24 @@ def test_build_holding_the_chain_equals_reference():
         {"HIST_BINS": 64, "LOG_BINS": 4},
         {"num_warps": 1},
         {"QCH": 2, "CHUNK": 16},
-        {"SORT_RANKS": False},
-        {"SORT_RANKS": False, "QCH": 2},
-        {"FINE_BITS": 8},
+        {"SORT_RANKS": False, "FCH": 0},
+        {"SORT_RANKS": False, "QCH": 2, "FCH": 0},
+        {"FINE_BITS": 0, "SORT_SURVIVORS": False, "FCH": 0},
+        {"FINE_BITS": 0},
         {"FINE_BITS": 3, "HIST_BINS": 2},
         {"FINE_BITS": 1, "HIST_BINS": 64, "QCH": 2, "CHUNK": 16},
-        {"SORT_SURVIVORS": True},
-        {"SORT_SURVIVORS": True, "FINE_BITS": 8},
+        {"SORT_SURVIVORS": False},
+        {"FCH": 0},
+        {"FCH": 16},
+        {"FCH": 512},
     ],
 )
 def test_build_launch_overrides_keep_the_trees(launch):
     """Launch overrides change the speed only: a 2-bucket histogram (the loosest bound, and its top bucket
     ends at 2**31), other radix digits, one warp, small blocks (many loop steps), counted ranks (the
-    order above N = 1024) instead of the sort, the bound's bucket split by 1-8 more bits (FINE_BITS), a
-    level's survivors sorted once instead of selected (SORT_SURVIVORS)."""
+    order above N = 1024) instead of the sort, the bound's bucket split by 0-8 more bits (FINE_BITS), a
+    level's survivors selected instead of sorted once (SORT_SURVIVORS off), the final nodes selected and ranked
+    (FCH 0), sorted when the pool holds at most 16 (some requests) or 512 (above the default, 256 at N = 40)."""
     from ddtree_core.kernels import tree_build
 
     generator = torch.Generator().manual_seed(3)
@@ -213,6 +218,9 @@ def test_build_rejects_bad_launch():
             tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"FINE_BITS": bad})
     with pytest.raises(ValueError, match="SORT_SURVIVORS must be a bool"):
         tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"SORT_SURVIVORS": 1})
+    for bad in (3, -2, 8192, True):
+        with pytest.raises(ValueError, match="FCH"):
+            tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"FCH": bad})
 
 
 def test_phase_times_from_stamps():

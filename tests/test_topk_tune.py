@@ -6,7 +6,7 @@ import csv
 import pytest
 import typer
 
-from ddbench import topk_tune
+from ddbench import kernel_bench, topk_tune
 
 
 @pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # numpy's max of the padding (interpreter)
@@ -45,12 +45,17 @@ def test_sweep_checks_every_launch_of_both_kernels_against_the_fused_default(tmp
 
 
 def test_parse_launches():
-    assert topk_tune.parse_launches(" select_warps=2 ; select_warps=2,select_registers=64;") == [
+    parse = kernel_bench.parse_launches
+    assert parse(" select_warps=2 ; select_warps=2,select_registers=64;", topk_tune.PARAMS) == [
         {"select_warps": 2}, {"select_warps": 2, "select_registers": 64}]  # fmt: skip
-    assert topk_tune.parse_launches("") == []
+    assert parse("", topk_tune.PARAMS) == []
+    assert parse("FCH=0,SORT_SURVIVORS=0;SORT_SURVIVORS=1", ("FCH", "SORT_SURVIVORS"), ("SORT_SURVIVORS",)) == [
+        {"FCH": 0, "SORT_SURVIVORS": False}, {"SORT_SURVIVORS": True}]  # fmt: skip
     for bad in ("warp=2", "select_warps=two", "select_warps", "select_warps=2,"):
         with pytest.raises(typer.BadParameter, match="key=value"):
-            topk_tune.parse_launches(bad)
+            parse(bad, topk_tune.PARAMS)
+    with pytest.raises(typer.BadParameter, match="0 or 1 for SORT_SURVIVORS"):
+        parse("SORT_SURVIVORS=2", ("SORT_SURVIVORS",), ("SORT_SURVIVORS",))
 
 
 def test_best_ignores_unequal_or_failed_launches():

@@ -32,7 +32,10 @@ read back (G = 64 for V = 152064 and K = 64); S near sqrt(V / G / K) balances th
 super-group keys, K * S group keys (S = 8 there). On an H200 the super-groups took the selection kernel
 at 1,024 rows of 152,064, K = 64, from 77 to 50 us (results/kernels/h200-2026-11-30e).
 (Tried and dropped there: reducing the super-group keys inside the scan's tile loop, from the group
-maxima or from the tile loaded as [super-groups, S, G], which cost the scan more than the read-back.)
+maxima or from the tile loaded as [super-groups, S, G], which cost the scan more than the read-back.
+And in results/kernels/h200-2026-11-30f: reading back every group that reaches the K best super-groups'
+floor, one streaming pass instead of the second selection, 31.5 against 29.6 us at 16 rows, K = 256, and
+151.6 against 146.5 at 1,024 rows, K = 64; ranking the final list by one sort of all of it, 29.3 / 148.2.)
 
 The K best super-groups hold the K best groups for the reason the K best groups hold the K best tokens
 (below, one level up: a super-group's key is its best group's, and super-groups, like groups, are

@@ -2,8 +2,9 @@
 
 The program runs the level-synchronous selection of batched.py (its docstring proves it equal to the
 best-first heap, ties included), with two changes that suit one streaming multiprocessor: it selects
-without sorting (one program's tl.sort or tl.topk of 2048 keys took 13-33 us on an H200) and sorts only
-the kept nodes (at most 1,024), and it skips work that cannot matter. For the level below the kept
+from long lists without sorting (one program's tl.sort or tl.topk of 2048 keys took 13-33 us on an H200)
+and sorts only short ones (the kept nodes, at most 1,024; a level's survivors or the final pool when they
+fit a small block), and it skips work that cannot matter. For the level below the kept
 nodes of depth d, with b the request's budget:
 
   1. expand: candidate pairs (i, r), i = position of a kept depth-d node in its level, r < K a rank,
@@ -12,7 +13,9 @@ nodes of depth d, with b the request's budget:
      key reaches `bound`: at least b nodes already kept have strictly smaller keys (see 4).
   2. select: the survivors are compacted into a scratch list in (i, r) order; if more than b
      survive, a radix selection over their keys (histograms, no sort) keeps the b smallest, equal
-     keys in list order, which is the level order (key, i, r).
+     keys in list order, which is the level order (key, i, r); with at most SCH = min(1024, 2 * PCH)
+     survivors (SORT_SURVIVORS, on by default), one tl.sort of (key, pair) orders them instead and the
+     first b are appended (`_append_sorted`), which is steps 2 and 3 at once.
   3. order: the kept candidates are ordered by (key, i, r): by tl.sort of key << 32 | (i, r) up to
      b = 1,024 (SORT_RANKS, the scores recomputed from the sorted pairs), else each one's position is
      the number of kept candidates with a smaller (key, i, r), counted by broadcast compares (b * b);
@@ -22,15 +25,20 @@ nodes of depth d, with b the request's budget:
   4. bound: a histogram of every kept key by its top bits (256 or 2048 buckets) gives the bucket where the
      kept count reaches b; keys beyond it are beaten by b kept nodes, and so are their children
      (a child's key is never smaller than its parent's), so the bound also cuts the parents of the
-     next level to a prefix of this one. FINE_BITS > 0 (a launch key, off by default) splits that
-     bucket by the keys' next bits (`_fine_bound`): a tighter bound, for one more pass over the kept keys
-     whenever the bucket moves. SORT_SURVIVORS (a launch key, off by default) does steps 2 and 3 in one
-     tl.sort when at most 2b (and 1,024) candidates survive (`_append_sorted`).
+     next level to a prefix of this one. FINE_BITS (8 by default; 0: off) splits that bucket by the keys'
+     next bits (`_fine_bound`): a tighter bound, for one more pass over the kept keys whenever the bucket
+     moves, so that fewer candidates survive to the next level.
 Holding the chain (tree.py), a request's keys are 0 on the pairs (0, 0) of finite score, the chain, and
 bits(-score) + 1 elsewhere, as in batched.py; keys stay below INT32_MAX and a child's key is still
 never smaller than its parent's, so steps 1-4 are unchanged.
 After the last level (or the first that keeps nothing) the b smallest pool keys, ties in pool order,
-are selected and ranked the same way: rank + 1 is the node index in pop order.
+are selected and ranked the same way: rank + 1 is the node index in pop order; a pool of at most FCH
+(min(512, 4 * PCH) by default; 0: never) is sorted once instead (`_rank_pool_sorted`).
+On an H200 (results/kernels/h200-2026-11-30f) the three sorts and the finer bound took the build of the
+kernel benchmark's drafts from 33.3 to 26.9 us at batch 1, budget 256, and from 34.0 to 22.1 at batch 64,
+budget 64: level 1's radix selection (8.9 and 4.1 us a program) gives way to one sort of its survivors,
+the final selection of 64 nodes from 6.7 to 1.7 us, for a bound that costs 1.1-1.7 us a level instead of
+0.5.
 
 Worked example (tree.py's: K = 2, budget 4, log-probs a -0.1 b -2.5 | c -0.2 d -1.9):
 
@@ -374,6 +382,55 @@ def _write_tree(
         c0 += WCH
 
 
+@triton.jit
+def _select_and_rank(
+    pool_key, pool_pk, pool_score, total, n_nodes, b, comp_key, cand_pk, comp_score, node_of, inv, clock_row, slot,
+    CHUNK: tl.constexpr, LOG_BINS: tl.constexpr, PCH: tl.constexpr, QCH: tl.constexpr, SORT_RANKS: tl.constexpr,
+    PROFILE: tl.constexpr,
+):  # fmt: skip
+    """The final nodes: the b smallest of the `total` pool keys (pool[1:]), ties in pool order, selected by radix
+    and compacted, then ranked (tl.sort when SORT_RANKS, else counted); node_of[pool index] = rank + 1 and
+    inv[rank] = pool index."""
+    lower = total * 0 + _I32_MAX
+    upper = total * 0 + _I32_MAX
+    left = total * 0
+    if total > b:
+        lower, upper, left = _select_bucket(pool_key + 1, total, b, CHUNK, LOG_BINS)
+    _compact_selected(
+        pool_key + 1, pool_pk, pool_score, total, lower, upper, left, comp_key, cand_pk, comp_score,
+        True, CHUNK,
+    )  # fmt: skip
+    tl.debug_barrier()
+    _stamp(clock_row, slot, PROFILE)
+    offs = tl.arange(0, PCH)
+    p0 = n_nodes * 0
+    while p0 < n_nodes:
+        pm = p0 + offs < n_nodes
+        key = tl.load(comp_key + p0 + offs, mask=pm, other=_I32_MAX)
+        idx = tl.load(cand_pk + p0 + offs, mask=pm, other=0)
+        if SORT_RANKS:  # n_nodes <= PCH: one block
+            key, idx = _sort_pairs(key, tl.where(pm, idx, _I32_MAX))
+            rank = p0 + offs
+        else:
+            rank = _rank(key, idx, comp_key, cand_pk, n_nodes, PCH, QCH)
+        tl.store(node_of + idx, rank + 1, mask=pm)
+        tl.store(inv + rank, idx, mask=pm)
+        p0 += PCH
+
+
+@triton.jit
+def _rank_pool_sorted(pool_key, total, n_nodes, node_of, inv, FCH: tl.constexpr):
+    """The final nodes of a pool of at most FCH: one sort of (key, pool index) over pool[1:] puts them in pop
+    order, so its first n_nodes are the b smallest keys with ties in pool order (what the radix selection
+    keeps) and their places are their ranks; node_of and inv as `_select_and_rank` writes them."""
+    offs = tl.arange(0, FCH)
+    m = offs < total
+    key, idx = _sort_pairs(tl.load(pool_key + 1 + offs, mask=m, other=_I32_MAX), tl.where(m, offs + 1, _I32_MAX))
+    keep = offs < n_nodes
+    tl.store(node_of + idx, offs + 1, mask=keep)
+    tl.store(inv + offs, idx, mask=keep)
+
+
 @triton.jit(do_not_specialize=["budget", "max_depth", "n_max", "n_pairs", "pool_size"])
 def _build_kernel(
     lp_ptr,  # [B, L, K] float32: log-probs of each depth's top-K tokens, best first
@@ -410,7 +467,9 @@ def _build_kernel(
     SORT_RANKS: tl.constexpr = False,  # order levels and the final nodes by tl.sort, not rank counts (N <= PCH)
     FINE_BITS: tl.constexpr = 0,  # split the bound's bucket by this many more key bits (_fine_bound; 0: off)
     SORT_SURVIVORS: tl.constexpr = False,  # a level with b < survivors <= SCH: one sort, no selection
+    # (_launch_config turns FINE_BITS, SORT_SURVIVORS and FCH on; these defaults are the plain build)
     SCH: tl.constexpr = 16,  # survivors sorted at once when SORT_SURVIVORS (a power of two)
+    FCH: tl.constexpr = 0,  # a pool of at most FCH nodes is selected and ranked by one sort (0: never)
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -501,31 +560,13 @@ def _build_kernel(
 
     total = pool_n - 1
     n_nodes = tl.minimum(total, b)
-    lower = zero + _I32_MAX
-    upper = zero + _I32_MAX
-    left = zero
-    if total > b:
-        lower, upper, left = _select_bucket(pool_key + 1, total, b, CHUNK, LOG_BINS)
-    _compact_selected(
-        pool_key + 1, pool_pk, pool_score, total, lower, upper, left, comp_key, cand_pk, comp_score,
-        True, CHUNK,
-    )  # fmt: skip
-    tl.debug_barrier()
-    _stamp(clock_row, 2 + 4 * max_depth, PROFILE)
-    offs = tl.arange(0, PCH)
-    p0 = n_nodes * 0
-    while p0 < n_nodes:
-        pm = p0 + offs < n_nodes
-        key = tl.load(comp_key + p0 + offs, mask=pm, other=_I32_MAX)
-        idx = tl.load(cand_pk + p0 + offs, mask=pm, other=0)
-        if SORT_RANKS:  # n_nodes <= PCH: one block
-            key, idx = _sort_pairs(key, tl.where(pm, idx, _I32_MAX))
-            rank = p0 + offs
-        else:
-            rank = _rank(key, idx, comp_key, cand_pk, n_nodes, PCH, QCH)
-        tl.store(node_of + idx, rank + 1, mask=pm)
-        tl.store(inv + rank, idx, mask=pm)
-        p0 += PCH
+    FB: tl.constexpr = FCH if FCH > 0 else 1  # the sort's block (FCH = 0 never sorts, but compiles the call)
+    if (FCH > 0) & (total <= FCH):
+        _stamp(clock_row, 2 + 4 * max_depth, PROFILE)
+        _rank_pool_sorted(pool_key, total, n_nodes, node_of, inv, FB)
+    else:
+        _select_and_rank(pool_key, pool_pk, pool_score, total, n_nodes, b, comp_key, cand_pk, comp_score, node_of, inv,
+                         clock_row, 2 + 4 * max_depth, CHUNK, LOG_BINS, PCH, QCH, SORT_RANKS, PROFILE)  # fmt: skip
     tl.debug_barrier()
     _stamp(clock_row, 3 + 4 * max_depth, PROFILE)
     width = n_max + 1
@@ -544,7 +585,8 @@ def clock_slots(max_depth: int) -> int:
     timer (ns) at the start, 1 the SM's cycle counter there; for each level d < max_depth, cycles at
     2 + 4d after the expand, 3 + 4d after the selection, 4 + 4d after the append, 5 + 4d after the bound;
     then cycles at F = 2 + 4 max_depth after the final selection, F + 1 after its ranks, F + 2 after the
-    write, and the global timer at F + 3. Levels the build never reached keep what the buffer held."""
+    write, and the global timer at F + 3 (a pool sorted at once, FCH, stamps F before its sort: the
+    sort counts as the ranks). Levels the build never reached keep what the buffer held."""
     return 4 * max_depth + 6
 
 
@@ -624,6 +666,7 @@ LAUNCH_KEYS = (
     "SORT_RANKS",
     "FINE_BITS",
     "SORT_SURVIVORS",
+    "FCH",
 )  # the overrides `build_tree_from_topk(launch=)` takes
 
 
@@ -639,6 +682,10 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     Levels and final nodes are ordered by tl.sort (SORT_RANKS) up to N = 1024, by counted ranks above: the
     sort was as fast at budget 16 and faster at 64..1024 in all 16 cells of results/kernels/h200-2026-11-30c
     (batch 1, budget 256: 22.9 against 29.5 us; budget 1024: 124 against 202; chain-like: 132 against 175).
+    FINE_BITS 8, SORT_SURVIVORS and FCH = min(512, 4 * PCH), against none of them, on the kernel benchmark's
+    drafts (results/kernels/h200-2026-11-30f): 26.9 against 33.3 us at batch 1, budget 256 (FCH 0 / 256 /
+    1,024 there: 26.8 / 26.7 / 28.9; FINE_BITS 4 / 6: 27.8 / 25.8); 22.1 against 34.0 at batch 64, budget 64
+    (FCH 0 / 128: 24.8 / 24.2).
     """
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
@@ -656,7 +703,10 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "HIST_SHIFT": 31 - (hist_bins.bit_length() - 1),  # keys < 2**31: bucket = key >> HIST_SHIFT
         "num_warps": 4 if n <= 128 else 8,
         "SORT_RANKS": n <= pch,
+        "FINE_BITS": 8,
+        "SORT_SURVIVORS": True,
         "SCH": min(1024, 2 * pch),
+        "FCH": min(512, 4 * pch),
     } | launch
 
 
@@ -672,6 +722,9 @@ def _checked(launch: dict) -> dict:
     fine_bits = launch.get("FINE_BITS", 0)
     if isinstance(fine_bits, bool) or not isinstance(fine_bits, int) or not 0 <= fine_bits <= 8:
         raise ValueError(f"FINE_BITS must be an int in [0, 8], got {fine_bits!r}")
+    fch = launch.get("FCH", 0)
+    if isinstance(fch, bool) or not isinstance(fch, int) or fch < 0 or fch & (fch - 1) or fch > 4096:
+        raise ValueError(f"FCH must be 0 or a power of two up to 4096, got {fch!r}")
     for key, most in limits.items():
         value = launch.get(key, 16)
         if value < 2 or value & (value - 1) or value > most:
