@@ -685,7 +685,7 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     FINE_BITS 8, SORT_SURVIVORS and FCH = min(512, 4 * PCH), against none of them, on the kernel benchmark's
     drafts (results/kernels/h200-2026-11-30f): 26.9 against 33.3 us at batch 1, budget 256 (FCH 0 / 256 /
     1,024 there: 26.8 / 26.7 / 28.9; FINE_BITS 4 / 6: 27.8 / 25.8); 22.1 against 34.0 at batch 64, budget 64
-    (FCH 0 / 128: 24.8 / 24.2).
+    (FCH 0 / 128: 24.8 / 24.2; FINE_BITS 6, in another run: 19.9 against 21.7).
     """
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
