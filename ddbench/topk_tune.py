@@ -41,7 +41,7 @@ from ddbench.kernel_bench import launch_label, parse_ints, parse_launches, tune_
 
 LENGTH = 16
 PARAMS = ("tile", "chunks", "warps", "group", "super_group", "select_warps", "block", "gather", "log_bins",
-          "scan_registers", "select_registers")
+          "scan_registers", "select_registers", "tiled")
 COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "equal", "note")
 PHASE_COLUMNS = ("batch", "vocab", "k", "launch", "phase", "us")
 BEST_COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "auto_us", "fused_auto_us")

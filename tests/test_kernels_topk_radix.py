@@ -142,6 +142,17 @@ def test_read_back_step_changes_only_the_speed(gather):
     assert_topk_equal(out, draft_topk(logits, 37, impl="reference"))
 
 
+@pytest.mark.parametrize("kind", ["bf16", "ties", "equal", "valley", "mostly_ninf"])
+@pytest.mark.parametrize("k, gather, super_group", [(37, 8, 1), (37, 64, 8), (7, 4096, 2), (200, 256, 1)])
+def test_tiled_read_back_changes_only_the_speed(kind, k, gather, super_group):
+    """The chosen groups read back as [groups, G] tiles: one group per step (gather 8 = G), several, all at
+    once, every group (K = 200 > 188 groups); "equal" rows shrink the list between steps."""
+    logits = radix_logits(kind, (1, 2, 1500), torch.Generator().manual_seed(k + gather)).to(DEVICE)
+    out = topk_radix.draft_topk(logits, k, 1.0, group=8, tile=256, chunks=2, gather=gather, super_group=super_group,
+                                block=64, tiled=True)  # fmt: skip
+    assert_topk_equal(out, draft_topk(logits, k, impl="reference"))
+
+
 def test_a_clock_must_be_an_int64_cuda_tensor_of_one_row_per_logits_row():
     logits = torch.zeros(1, 2, 50, device=DEVICE)
     for clock in (torch.zeros(2, 6, dtype=torch.int64, device=DEVICE), torch.zeros(2, 7, device=DEVICE)):

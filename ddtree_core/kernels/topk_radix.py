@@ -242,6 +242,7 @@ def _select_kernel(
     LOG_BINS: tl.constexpr,  # radix digit bits
     KP: tl.constexpr,  # next_pow2(K)
     DIVIDE: tl.constexpr,  # as for _scan_kernel
+    TILED: tl.constexpr = False,  # read back [GATHER / G, G] tiles of whole groups (_gather_tiles; GATHER >= G)
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see SELECT_PHASES)
 ):
     """Kernel 2's work for one row (see the module docstring)."""
@@ -265,27 +266,61 @@ def _select_kernel(
     total = tl.minimum(n_groups, k) * G  # tokens of the chosen groups
     src = logits_ptr + row.to(tl.int64) * row_stride
     cand = cand_ptr + row.to(tl.int64) * (soft + GATHER)
-    offs = tl.arange(0, GATHER)
     n = row * 0
-    b0 = row * 0
-    while b0 < total:
-        inside = b0 + offs < total
-        slot = (b0 + offs) // G  # the slot-th chosen group (every group when none were chosen)
-        group = tl.where(chose, tl.load(groups + slot, mask=inside & chose, other=0), slot)
-        ids = group * G + (b0 + offs) % G
-        valid = inside & (ids < vocab)
-        key = _order_key(_scale(tl.load(src + ids, mask=valid, other=0.0).to(tl.float32), scale, DIVIDE))
-        live = valid & (key >= floor)
-        tl.store(cand + n + tl.cumsum(live.to(tl.int32), 0) - 1, _entry(key, ids), mask=live)
-        n += tl.sum(live.to(tl.int32), 0)
-        if n > soft:
-            n, floor = _shrink(cand, n, k, floor, CBLOCK, LOG_BINS)
-        b0 += GATHER
+    if TILED:  # [GATHER / G chosen groups, G tokens] per step
+        n = _gather_tiles(src, vocab, scale, groups, chose, total // G, floor, cand, n, k, soft, G, GATHER // G,
+                          CBLOCK, LOG_BINS, DIVIDE)  # fmt: skip
+    else:
+        offs = tl.arange(0, GATHER)
+        b0 = row * 0
+        while b0 < total:
+            inside = b0 + offs < total
+            slot = (b0 + offs) // G  # the slot-th chosen group (every group when none were chosen)
+            group = tl.where(chose, tl.load(groups + slot, mask=inside & chose, other=0), slot)
+            ids = group * G + (b0 + offs) % G
+            valid = inside & (ids < vocab)
+            key = _order_key(_scale(tl.load(src + ids, mask=valid, other=0.0).to(tl.float32), scale, DIVIDE))
+            live = valid & (key >= floor)
+            tl.store(cand + n + tl.cumsum(live.to(tl.int32), 0) - 1, _entry(key, ids), mask=live)
+            n += tl.sum(live.to(tl.int32), 0)
+            if n > soft:
+                n, floor = _shrink(cand, n, k, floor, CBLOCK, LOG_BINS)
+            b0 += GATHER
     tl.debug_barrier()
     stamp(clock_row, 4, PROFILE)
     _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP)  # one block
     stamp(clock_row, 5, PROFILE)
     stamp(clock_row, 6, PROFILE, True)
+
+
+@triton.jit
+def _gather_tiles(
+    src, vocab, scale, groups, chose, n_chosen, floor, cand, n, k, soft, G: tl.constexpr, GR: tl.constexpr,
+    CBLOCK: tl.constexpr, LOG_BINS: tl.constexpr, DIVIDE: tl.constexpr,
+):  # fmt: skip
+    """Kernel 2's read-back as [GR, G] tiles: GR chosen groups per step (every group when none were chosen),
+    each group's index loaded once and its G tokens as one contiguous row. The kept tokens are appended in
+    id order as the flat read-back appends them (a row's place from the rows before it, then within the
+    row), so the list is the same; returns its length."""
+    rows = tl.arange(0, GR)
+    cols = tl.arange(0, G)
+    r0 = n_chosen * 0
+    while r0 < n_chosen:
+        slot = r0 + rows
+        inside = slot < n_chosen
+        group = tl.where(chose, tl.load(groups + slot, mask=inside & chose, other=0), slot)
+        ids = group[:, None] * G + cols[None, :]
+        valid = inside[:, None] & (ids < vocab)
+        key = _order_key(_scale(tl.load(src + ids, mask=valid, other=0.0).to(tl.float32), scale, DIVIDE))
+        live = (valid & (key >= floor)).to(tl.int32)
+        count = tl.sum(live, 1)
+        place = n + (tl.cumsum(count, 0) - count)[:, None] + tl.cumsum(live, 1) - 1
+        tl.store(cand + place, _entry(key, ids), mask=live == 1)
+        n += tl.sum(count, 0)
+        if n > soft:
+            n, floor = _shrink(cand, n, k, floor, CBLOCK, LOG_BINS)
+        r0 += GR
+    return n
 
 
 @triton.jit
@@ -336,6 +371,7 @@ def draft_topk(
     log_bins: int = 6,
     scan_registers: int | None = None,
     select_registers: int | None = None,
+    tiled: bool = False,
     clock: torch.Tensor | None = None,
 ) -> DraftTopK:
     """Top-k of `logits` [..., V] per row, equal to `tree.draft_topk(impl="reference")` (ids exactly).
@@ -350,7 +386,9 @@ def draft_topk(
     select_registers: a cap on each thread's registers in kernel 1 / 2 (Triton's maxnreg, 24..255), which
     lets an SM hold more programs at once for some spilled registers (by ptxas for sm_90a, the default
     launch at 64 requests and K = 64: the scan needs 123 and the 4-warp selection 119, so an SM holds 4
-    of either; capped at 64, 8 of them, with 88 / 172 bytes spilled). They change only the speed
+    of either; capped at 64, 8 of them, with 88 / 172 bytes spilled); tiled: read the chosen groups back as
+    [groups, G] tiles (each group's index loaded once, its tokens as one row; at least one group per step)
+    instead of a flat run of tokens. They change only the speed
     (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph capturable.
     clock: an int64 CUDA tensor [rows, SELECT_SLOTS] that receives kernel 2's phase stamps, one
     row per logits row (`select_phase_times` reads them; ddbench.topk_tune's phases.csv).
@@ -377,7 +415,7 @@ def draft_topk(
     if rows.shape[0] > 0:
         *plan, auto_warps, auto_gather = _plan(rows, k, tile, chunks, group, super_group)
         launch = _Launch(warps, select_warps or auto_warps, block or _BLOCK, gather or auto_gather, log_bins,
-                         scan_registers, select_registers)  # fmt: skip
+                         scan_registers, select_registers, tiled)  # fmt: skip
         if clock is not None:
             check_clock(clock, rows.shape[0], SELECT_SLOTS)
         _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, clock=clock)
@@ -440,6 +478,7 @@ class _Launch(NamedTuple):
     log_bins: int = 6  # radix digit bits
     scan_registers: int | None = None  # per-thread register cap of kernel 1 (maxnreg; None: the compiler's)
     select_registers: int | None = None  # the same for kernel 2
+    tiled: bool = False  # read back [groups, G] tiles (_gather_tiles)
 
 
 def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
@@ -449,13 +488,15 @@ def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
 
 def _launch(rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_ids, select=True, clock=None):
     tile, chunk_len, chunks, group, span = plan
-    warps, select_warps, block, gather, log_bins, scan_registers, select_registers = launch
+    warps, select_warps, block, gather, log_bins, scan_registers, select_registers, tiled = launch
     num_rows, vocab = rows.shape
     device = rows.device
     n_groups = triton.cdiv(vocab, group)
     n_supers = triton.cdiv(n_groups, span)
     soft = max(2 * k, 256)
     gather = min(gather, triton.next_power_of_2(min(k, n_groups) * group))
+    if tiled:
+        gather = max(gather, group)  # whole groups per step
     groups = torch.empty((num_rows, n_groups), dtype=torch.int32, device=device)
     supers = torch.empty((num_rows, n_supers if span > 1 else 1), dtype=torch.int32, device=device)  # 1: unused
     stats = torch.empty((num_rows, chunks, 2), dtype=torch.float32, device=device)
@@ -476,7 +517,8 @@ def _launch(rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_
         CP=triton.next_power_of_2(chunks), GBLOCK=min(block, triton.next_power_of_2(n_groups)),
         SBLOCK=min(block, triton.next_power_of_2(n_supers)), LBLOCK=min(block, triton.next_power_of_2(k * span)),
         CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins,
-        KP=triton.next_power_of_2(k), DIVIDE=divide, PROFILE=clock is not None, num_warps=select_warps,
+        KP=triton.next_power_of_2(k), DIVIDE=divide, TILED=bool(tiled), PROFILE=clock is not None,
+        num_warps=select_warps,
         **_register_cap(select_registers),
     )  # fmt: skip
     return groups
