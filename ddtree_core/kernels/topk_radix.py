@@ -84,13 +84,13 @@ from ddtree_core.kernels.topk import (
     _key_value,
     _order_key,
     _shrink,
-    _write_best,
+    _write_ranked,
     check_k,
     rows_and_outputs,
 )
 from ddtree_core.tree import DraftTopK
 
-SELECT_PHASES = ("logsumexp", "groups", "gather", "rank")  # kernel 2's phases, in stamp order
+SELECT_PHASES = ("logsumexp", "supers", "groups", "gather", "select", "rank")  # kernel 2's phases, in stamp order
 SELECT_SLOTS = len(SELECT_PHASES) + 3  # the stamps of one row (clock.phase_times)
 _SELECT_SLOTS = tl.constexpr(SELECT_SLOTS)
 MAX_K = 1024  # larger k takes the torch path (batched.draft_topk), which gives the same result
@@ -258,11 +258,15 @@ def _select_kernel(
     if chose:
         if (S > 1) & (n_supers > k):
             floor = _choose_by_supers(groups, n_groups, super_ptr + row.to(tl.int64) * n_supers, n_supers,
-                                      list_ptr + row.to(tl.int64) * k * S, k, S, SBLOCK, LBLOCK, LOG_BINS)  # fmt: skip
+                                      list_ptr + row.to(tl.int64) * k * S, k, S, SBLOCK, LBLOCK, LOG_BINS,
+                                      clock_row, PROFILE)  # fmt: skip
         else:
+            stamp(clock_row, 3, PROFILE)  # no super-groups
             _, floor = _keep_top(groups, n_groups, k, GBLOCK, LOG_BINS, KEYS=True)  # floor = tau
         tl.debug_barrier()
-    stamp(clock_row, 3, PROFILE)
+    else:
+        stamp(clock_row, 3, PROFILE)
+    stamp(clock_row, 4, PROFILE)
     total = tl.minimum(n_groups, k) * G  # tokens of the chosen groups
     src = logits_ptr + row.to(tl.int64) * row_stride
     cand = cand_ptr + row.to(tl.int64) * (soft + GATHER)
@@ -287,10 +291,14 @@ def _select_kernel(
                 n, floor = _shrink(cand, n, k, floor, CBLOCK, LOG_BINS)
             b0 += GATHER
     tl.debug_barrier()
-    stamp(clock_row, 4, PROFILE)
-    _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP)  # one block
     stamp(clock_row, 5, PROFILE)
-    stamp(clock_row, 6, PROFILE, True)
+    if n > k:  # topk._write_best, stamped between its selection and its ranks
+        _keep_top(cand, n, k, CBLOCK, LOG_BINS)  # one block
+        tl.debug_barrier()
+    stamp(clock_row, 6, PROFILE)
+    _write_ranked(cand, k, lse, lp_out + row * k, ids_out + row * k, KP)
+    stamp(clock_row, 7, PROFILE)
+    stamp(clock_row, 8, PROFILE, True)
 
 
 @triton.jit
@@ -326,13 +334,15 @@ def _gather_tiles(
 @triton.jit
 def _choose_by_supers(
     groups, n_groups, supers, n_supers, keys, k, S: tl.constexpr, SBLOCK: tl.constexpr, LBLOCK: tl.constexpr,
-    LOG_BINS: tl.constexpr,
+    LOG_BINS: tl.constexpr, clock_row, PROFILE: tl.constexpr,
 ):  # fmt: skip
     """The K best groups by way of the K best super-groups (n_supers > K), which hold them (the module
     docstring's argument, one level up): their indices, in group order, over the front of `groups`;
-    returns tau, the smallest chosen group key. `keys` [K * S] is scratch."""
+    returns tau, the smallest chosen group key. `keys` [K * S] is scratch. Stamps the "supers" phase
+    (clock_row, PROFILE) once the K best super-groups are chosen."""
     _keep_top(supers, n_supers, k, SBLOCK, LOG_BINS, KEYS=True)  # their indices, in order
     tl.debug_barrier()
+    stamp(clock_row, 3, PROFILE)  # the selection's "supers" phase
     offs = tl.arange(0, LBLOCK)
     last = tl.load(supers + k - 1)  # only the last super-group can be partial, and its groups come last
     n = k * S - tl.maximum((last + 1) * S - n_groups, 0)  # the chosen super-groups' groups, in group order
