@@ -67,6 +67,11 @@ def profiled_build(arch: int) -> None:
     assert fine.asm["cubin"]  # the former defaults: no sort of the survivors or the final pool
 
 
+# the radix selection kernel's pointer parameters, as a bf16 launch passes them
+SELECT_POINTERS = {"logits_ptr": "*bf16", "group_ptr": "*i32", "super_ptr": "*i32", "list_ptr": "*i32",
+                   "stat_ptr": "*fp32", "cand_ptr": "*i64", "lp_out": "*fp32", "ids_out": "*i64", "clock_ptr": "*i64"}
+
+
 def radix_topk(arch: int) -> None:
     from ddtree_core.kernels import topk_radix
 
@@ -77,25 +82,20 @@ def radix_topk(arch: int) -> None:
     )  # fmt: skip
     assert "ex2.approx.ftz.f32" in scan.asm["ptx"]
     select = compile_for(
-        topk_radix._select_kernel, arch,
-        {"logits_ptr": "*bf16", "group_ptr": "*i32", "super_ptr": "*i32", "list_ptr": "*i32", "stat_ptr": "*fp32",
-         "cand_ptr": "*i64", "lp_out": "*fp32", "ids_out": "*i64", "clock_ptr": "*i64"},
+        topk_radix._select_kernel, arch, SELECT_POINTERS,
         {"G": 32, "S": 4, "GATHER": 8192, "CP": 128, "GBLOCK": 8192, "SBLOCK": 2048, "LBLOCK": 1024, "CBLOCK": 512,
          "LOG_BINS": 8, "KP": 256, "DIVIDE": False, "PROFILE": True}, warps=8,
     )  # fmt: skip
     assert "%globaltimer" in select.asm["ptx"] and select.asm["cubin"]
     tiled = compile_for(
-        topk_radix._select_kernel, arch,
-        {"logits_ptr": "*bf16", "group_ptr": "*i32", "super_ptr": "*i32", "list_ptr": "*i32", "stat_ptr": "*fp32",
-         "cand_ptr": "*i64", "lp_out": "*fp32", "ids_out": "*i64", "clock_ptr": "*i64"},
+        topk_radix._select_kernel, arch, SELECT_POINTERS,
         {"G": 32, "S": 4, "GATHER": 8192, "CP": 128, "GBLOCK": 1024, "SBLOCK": 1024, "LBLOCK": 1024, "CBLOCK": 512,
          "LOG_BINS": 6, "KP": 256, "DIVIDE": False, "TILED": True}, warps=8,
     )  # fmt: skip
     assert tiled.asm["cubin"]  # the read-back as [groups, G] tiles, at one request's K = 256
     # the register cap (draft_topk's select_registers) reaches ptxas: the default launch at 64 requests,
     # K = 64 needs more than 64 registers a thread, capped it uses 64
-    launch = ({"logits_ptr": "*bf16", "group_ptr": "*i32", "super_ptr": "*i32", "list_ptr": "*i32",
-               "stat_ptr": "*fp32", "cand_ptr": "*i64", "lp_out": "*fp32", "ids_out": "*i64", "clock_ptr": "*i64"},
+    launch = (SELECT_POINTERS,
               {"G": 64, "S": 8, "GATHER": 1024, "CP": 4, "GBLOCK": 1024, "SBLOCK": 512, "LBLOCK": 512, "CBLOCK": 256,
                "LOG_BINS": 6, "KP": 64, "DIVIDE": False})  # fmt: skip
     free = registers_used(compile_for(topk_radix._select_kernel, arch, *launch))

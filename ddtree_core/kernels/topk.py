@@ -44,6 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ddtree_core.kernels.clock import stamp
 from ddtree_core.kernels.radix import max_min_min, pick_digit
 from ddtree_core.tree import DraftTopK
 
@@ -390,11 +391,16 @@ def _chunks_logsumexp(stat_ptr, chunks, CP: tl.constexpr):
 
 
 @triton.jit
-def _write_best(cand, n, k, lse, lp_row, ids_row, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr):
-    """The k best of the n >= k entries at cand (selected in place), written best first."""
+def _write_best(
+    cand, n, k, lse, lp_row, ids_row, BLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr,
+    clock_row=None, SLOT: tl.constexpr = -1,
+):  # fmt: skip
+    """The k best of the n >= k entries at cand (selected in place), written best first. SLOT >= 0: stamp
+    clock_row[SLOT] between the selection and the ranks (clock.stamp)."""
     if n > k:
         _keep_top(cand, n, k, BLOCK, LOG_BINS)
         tl.debug_barrier()
+    stamp(clock_row, SLOT, SLOT >= 0)
     _write_ranked(cand, k, lse, lp_row, ids_row, KP)
 
 

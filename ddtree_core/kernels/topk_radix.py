@@ -84,7 +84,7 @@ from ddtree_core.kernels.topk import (
     _key_value,
     _order_key,
     _shrink,
-    _write_ranked,
+    _write_best,
     check_k,
     rows_and_outputs,
 )
@@ -292,11 +292,8 @@ def _select_kernel(
             b0 += GATHER
     tl.debug_barrier()
     stamp(clock_row, 5, PROFILE)
-    if n > k:  # topk._write_best, stamped between its selection and its ranks
-        _keep_top(cand, n, k, CBLOCK, LOG_BINS)  # one block
-        tl.debug_barrier()
-    stamp(clock_row, 6, PROFILE)
-    _write_ranked(cand, k, lse, lp_out + row * k, ids_out + row * k, KP)
+    _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP,  # one block
+                clock_row, 6 if PROFILE else -1)  # fmt: skip
     stamp(clock_row, 7, PROFILE)
     stamp(clock_row, 8, PROFILE, True)
 
