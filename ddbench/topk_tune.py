@@ -11,7 +11,9 @@ log_bins=, scan_registers=, select_registers=)`: the same three for its scan, gr
 super_group the groups per super-group maximum (1: none; timed through --launch),
 select_warps those of its per-row selection program, block and log_bins the group keys per step and radix digit
 of that program (a block that holds all groups keeps them in registers), gather its read-back step, and the
-register caps per thread of the scan and the selection (more programs per SM, some registers spilled).
+register caps per thread of the scan and the selection (more programs per SM, some registers spilled); tiled
+and, through --launch only, emit (the tiles' candidates first: the floor's rank among a tile's group maxima, 0:
+off) and emit_warps (per program of the kernel that finds them).
 For every (batch, vocab, K) cell it times, as CUDA-graph replays (CUDA events; host clock on a CPU): the fused
 default ("auto") and every (tile, chunks, warps) launch, then the radix default, every radix (tile, chunks,
 warps) launch with the default group, every (group, select_warps) and every (block, log_bins) launch with the
@@ -19,11 +21,13 @@ default scan, every gather, every register cap on the scan, the selection and bo
 the radix default's first kernel alone (its group maxima checked against torch's), which splits the radix
 time between the scan and the per-row selection. Each
 launch's lists are checked against the fused default's (ids exactly, log-probs within 1e-5: the logsumexps sum
-in different orders). It writes cells.csv (one row per launch; "" where a parameter does not apply) and best.csv
+in different orders). It writes cells.csv (one row per launch; "" where a parameter does not apply; settled: for
+a launch with emit, the share of rows the tiles' candidates settled) and best.csv
 (per method and cell: the fastest launch with equal lists, that method's default, and the fused default), for
 tuning `topk._plan` / `topk_radix._plan` and choosing between them from data. On CUDA it also writes phases.csv:
 the radix default (and each --launch) once more with its selection program stamping the SM's cycle counter after
-each phase (logsumexp; supers: choosing the K best super-groups, 0 without them; groups: the K best groups;
+each phase (logsumexp; union: the tiles' candidates, the whole selection where they settle the row, 0 without
+emit; supers: choosing the K best super-groups, 0 without them; groups: the K best groups;
 gather: reading them back; select: the K best of the kept tokens; rank: writing them in order), as mean
 microseconds per row. Rows are L = 16 draft positions per request, bf16 logits.
 """
@@ -42,8 +46,8 @@ from ddbench.kernel_bench import launch_label, parse_ints, parse_launches, tune_
 
 LENGTH = 16
 PARAMS = ("tile", "chunks", "warps", "group", "super_group", "select_warps", "block", "gather", "log_bins",
-          "scan_registers", "select_registers", "tiled")
-COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "equal", "note")
+          "scan_registers", "select_registers", "tiled", "emit", "emit_warps")
+COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "equal", "settled", "note")
 PHASE_COLUMNS = ("batch", "vocab", "k", "launch", "phase", "us")
 BEST_COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "auto_us", "fused_auto_us")
 
@@ -111,6 +115,8 @@ def run(
                         return {"equal": ids and torch.allclose(got.log_probs, expected.log_probs, rtol=0, atol=1e-5)}
 
                     rows.append(tune_row(row, call, check, COLUMNS))
+                    if kwargs.get("emit") and rows[-1]["us"] != "":
+                        rows[-1]["settled"] = settled_share(logits, k, **kwargs)
                 if device == "cuda":
                     cell = {"batch": batch, "vocab": vocab, "k": k}
                     for launch in [{}, *extra]:  # the default and every --launch
@@ -131,6 +137,15 @@ def phases(logits: torch.Tensor, k: int, **launch) -> dict[str, float]:
         topk_radix.draft_topk(logits, k, 1.0, clock=stamps, **launch)
     torch.cuda.synchronize()
     return topk_radix.select_phase_times(clock)
+
+
+def settled_share(logits: torch.Tensor, k: int, **launch) -> float:
+    """The share of rows whose K best a radix launch with emit took from the tiles' candidates."""
+    from ddtree_core.kernels import topk_radix
+
+    settled = torch.zeros(logits.numel() // logits.shape[-1], dtype=torch.int32, device=logits.device)
+    topk_radix.draft_topk(logits, k, 1.0, settled=settled, **launch)
+    return round(settled.float().mean().item(), 4)
 
 
 def group_max_keys(logits: torch.Tensor, k: int) -> torch.Tensor:

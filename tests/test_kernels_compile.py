@@ -69,18 +69,30 @@ def profiled_build(arch: int) -> None:
 
 # the radix selection kernel's pointer parameters, as a bf16 launch passes them
 SELECT_POINTERS = {"logits_ptr": "*bf16", "group_ptr": "*i32", "super_ptr": "*i32", "list_ptr": "*i32",
-                   "stat_ptr": "*fp32", "cand_ptr": "*i64", "lp_out": "*fp32", "ids_out": "*i64", "clock_ptr": "*i64"}
+                   "stat_ptr": "*fp32", "cand_ptr": "*i64", "lp_out": "*fp32", "ids_out": "*i64", "clock_ptr": "*i64",
+                   "seg_ptr": "*i64", "count_ptr": "*i32", "floor_ptr": "*i32", "settled_ptr": "*i32"}
+SCAN_POINTERS = {"logits_ptr": "*bf16", "group_ptr": "*i32", "super_ptr": "*i32", "stat_ptr": "*fp32"}
+EMIT_POINTERS = {"logits_ptr": "*bf16", "group_ptr": "*i32", "seg_ptr": "*i64", "count_ptr": "*i32",
+                 "floor_ptr": "*i32"}
 
 
 def radix_topk(arch: int) -> None:
     from ddtree_core.kernels import topk_radix
 
     scan = compile_for(
-        topk_radix._scan_kernel, arch,
-        {"logits_ptr": "*bf16", "group_ptr": "*i32", "super_ptr": "*i32", "stat_ptr": "*fp32"},
-        {"TILE": 2048, "G": 32, "S": 4, "DIVIDE": False, "FAST": True},
-    )  # fmt: skip
+        topk_radix._scan_kernel, arch, SCAN_POINTERS, {"TILE": 2048, "G": 32, "S": 4, "DIVIDE": False, "FAST": True}
+    )
     assert "ex2.approx.ftz.f32" in scan.asm["ptx"]
+    # the tiles' candidates at one request's K = 256
+    emit = {"TILE": 2048, "G": 32, "EMIT": 14, "NG": 16, "CAP": 64, "DIVIDE": False}
+    assert compile_for(topk_radix._emit_kernel, arch, EMIT_POINTERS, emit, warps=1).asm["cubin"]
+    union = compile_for(
+        topk_radix._select_kernel, arch, SELECT_POINTERS,
+        {"G": 32, "S": 4, "GATHER": 8192, "CP": 32, "GBLOCK": 1024, "SBLOCK": 1024, "LBLOCK": 1024, "CBLOCK": 512,
+         "LOG_BINS": 6, "KP": 256, "DIVIDE": False, "EMIT": True, "CAP": 64, "TP": 128, "TB": 32, "UBLOCK": 2048,
+         "PROFILE": True}, warps=8,
+    )  # fmt: skip
+    assert union.asm["cubin"]
     select = compile_for(
         topk_radix._select_kernel, arch, SELECT_POINTERS,
         {"G": 32, "S": 4, "GATHER": 8192, "CP": 128, "GBLOCK": 8192, "SBLOCK": 2048, "LBLOCK": 1024, "CBLOCK": 512,

@@ -153,6 +153,52 @@ def test_tiled_read_back_changes_only_the_speed(kind, k, gather, super_group):
     assert_topk_equal(out, draft_topk(logits, k, impl="reference"))
 
 
+def default_need(k: int, vocab: int, tile: int, group: int) -> int:
+    """The floor rank a launch with emit=None takes where the tiles' candidates pay (`_emit_need`)."""
+    return topk_radix._emit_need(k, -(-vocab // tile), tile // group)
+
+
+@pytest.mark.parametrize("kind", ["bf16", "ties", "nan", "valley", "all_nan"])
+@pytest.mark.parametrize("k, emit", [(37, None), (37, 1), (37, 32)])
+def test_tile_candidates_change_only_the_speed(kind, k, emit):
+    """The union of the tiles' candidates first: settled (bf16 and nan rows at the default floor rank, 19 of a
+    tile's 32 groups), or given up for the groups because a floor lies above the K-th best (emit 1: each tile's
+    floor is its best group's key) or because a tile has more candidates than its 64 slots (emit 32: the floor
+    is its worst group's key; ties, valley and all-NaN rows also at the default)."""
+    logits = radix_logits(kind, (1, 2, 1500), torch.Generator().manual_seed(k)).to(DEVICE)
+    settled = torch.full((2,), -1, dtype=torch.int32, device=DEVICE)
+    need = default_need(k, 1500, 256, 8) if emit is None else emit
+    out = topk_radix.draft_topk(logits, k, 1.0, group=8, tile=256, chunks=2, emit=need, settled=settled)
+    assert_topk_equal(out, draft_topk(logits, k, impl="reference"))
+    expected = 1 if emit is None and kind in ("bf16", "nan") else 0
+    assert settled.tolist() == [expected] * 2
+
+
+@pytest.mark.parametrize("k, tile, group", [(100, 512, 8), (16, 256, 8)])
+def test_tile_candidates_settle_ranked_by_sort_and_by_counting(k, tile, group):
+    """K = 100 ranked by tl.sort, K = 16 by counting; the last tile partial (5000 = 9 x 512 + 392)."""
+    logits = radix_logits("bf16", (1, 2, 5000), torch.Generator().manual_seed(k)).to(DEVICE)
+    settled = torch.zeros(2, dtype=torch.int32, device=DEVICE)
+    need = default_need(k, 5000, tile, group)
+    out = topk_radix.draft_topk(logits, k, 1.0, group=group, tile=tile, chunks=3, emit=need, settled=settled)
+    assert_topk_equal(out, draft_topk(logits, k, impl="reference"))
+    assert settled.tolist() == [1, 1]
+
+
+def test_tile_candidates_by_default_for_large_k_and_few_emit_programs():
+    """On the CPU (one "SM"): K >= 128 and at most 24 (rows x tiles)."""
+    rows = torch.empty(2, 3000)
+    assert [topk_radix._emit_pays(rows, k, tiles) for k, tiles in ((128, 12), (127, 12), (128, 13))] == \
+        [True, False, False]
+
+
+def test_default_tile_floor_rank_is_five_deviations_above_the_mean_per_tile():
+    """lam = K / tiles: K = 256 over 19 tiles of 8,192 -> 32; K = 64 over 75 of 2,048 -> 6; capped at the
+    groups of a tile."""
+    assert [topk_radix._emit_need(256, 19, 256), topk_radix._emit_need(64, 75, 64), topk_radix._emit_need(300, 1, 8)] \
+        == [32, 6, 8]
+
+
 def test_a_clock_must_be_an_int64_cuda_tensor_of_one_row_per_logits_row():
     logits = torch.zeros(1, 2, 50, device=DEVICE)
     for clock in (torch.zeros(2, 6, dtype=torch.int64, device=DEVICE), torch.zeros(2, 7, device=DEVICE)):
@@ -221,8 +267,12 @@ def test_empty_batch_and_bad_arguments():
     logits = torch.zeros(1, 2, 50, device=DEVICE)
     for bad in ({"tile": 48}, {"group": 1}, {"group": 12}, {"tile": 8, "group": 16}, {"block": 100}, {"gather": 3},
                 {"log_bins": 0}, {"log_bins": 9}, {"scan_registers": 16}, {"select_registers": 256},
-                {"super_group": 3}, {"super_group": 0}, {"tile": 32, "group": 8, "super_group": 8}):  # fmt: skip
-        with pytest.raises(ValueError, match="tile|group|block|gather|log_bins|registers"):
+                {"super_group": 3}, {"super_group": 0}, {"tile": 32, "group": 8, "super_group": 8}, {"emit": -1},
+                {"tile": 32, "group": 8, "emit": 5},
+                {"emit": 0, "settled": torch.zeros(2, dtype=torch.int32, device=DEVICE)},
+                {"emit": 1, "settled": torch.zeros(3, dtype=torch.int32, device=DEVICE)},
+                {"emit": 1, "settled": torch.zeros(2, device=DEVICE)}):  # fmt: skip
+        with pytest.raises(ValueError, match="tile|group|block|gather|log_bins|registers|emit|settled"):
             topk_radix.draft_topk(logits, 3, 1.0, **bad)
     with pytest.raises(ValueError, match="k"):
         topk_radix.draft_topk(logits, 51, 1.0)
@@ -242,6 +292,11 @@ def test_benchmark_shapes_on_cuda(kind, batch, k, temperature):
     assert_topk_equal(topk_radix.draft_topk(logits, k, temperature), ref)
     assert_topk_equal(topk_radix.draft_topk(logits, k, temperature, block=8192, log_bins=8), ref)
     assert_topk_equal(topk_radix.draft_topk(logits, k, temperature, select_warps=4, gather=8192), ref)
+    settled = torch.zeros(batch * 16, dtype=torch.int32, device="cuda")
+    for tile in (2048, 8192):  # the tiles' candidates, at the default floor rank
+        emit = default_need(k, 152064, tile, topk_radix._plan(logits.view(-1, 152064), k, tile, None, None)[3])
+        assert_topk_equal(topk_radix.draft_topk(logits, k, temperature, tile=tile, emit=emit, settled=settled), ref)
+        assert settled.float().mean() > 0.9
 
 
 @pytest.mark.gpu

@@ -24,6 +24,15 @@ Kernel 2, one program per row:
     (topk._shrink, which raises the floor);
   - selects the K best of the list, merges the chunks' (max, exp-sum) pairs and writes the K winners
     best first (topk._write_ranked).
+Kernel 3 (`_emit_kernel`, between them, on by default only for few rows and K >= 128: `_emit_pays`), one
+program per (row, tile), gives each tile a floor, the EMIT-th best of its group keys (two sorts of them), and
+its candidates, every token that reaches the floor, read back from the groups whose key reaches it. Kernel 2
+then first tries their union (`_union_best`): it takes the K best of the candidates, and keeps them when every
+tile's floor lies at or below the K-th best's key (a token left out lies below its tile's floor, so strictly
+below the K-th); else, or when a tile had more candidates than its slots or the union fewer than K, it takes
+the groups' way above. With EMIT about K / tiles + 5 sqrt(K / tiles) (`_emit_need`) the union settles nearly
+every row of iid logits, and the row's selection is one radix selection over about (EMIT + 1) x tiles
+candidates instead of two over group keys, a read-back, and one over the tokens read back.
 (Tried on an H200 and dropped, results/kernels/h200-2026-11-30c: both kernels in one launch, a row's last
 scan program selecting behind a per-row atomic count, 9-73 % slower at vocab 152,064; the winners ranked
 by all-pairs compares up to K = 256, as fast or slower than tl.sort above K = 64.)
@@ -35,7 +44,10 @@ at 1,024 rows of 152,064, K = 64, from 77 to 50 us (results/kernels/h200-2026-11
 maxima or from the tile loaded as [super-groups, S, G], which cost the scan more than the read-back.
 And in results/kernels/h200-2026-11-30f: reading back every group that reaches the K best super-groups'
 floor, one streaming pass instead of the second selection, 31.5 against 29.6 us at 16 rows, K = 256, and
-151.6 against 146.5 at 1,024 rows, K = 64; ranking the final list by one sort of all of it, 29.3 / 148.2.)
+151.6 against 146.5 at 1,024 rows, K = 64; ranking the final list by one sort of all of it, 29.3 / 148.2.
+And in results/kernels/h200-2026-11-30g: the tiles' candidates found inside kernel 1 (a whole-tile compaction,
+the floor by radix passes or by a [groups, groups] count), 56.5 and 30.5 us for the call against 29.9 at 16
+rows, K = 256: dozens of barriers a tile, and registers that left fewer programs resident.)
 
 The K best super-groups hold the K best groups for the reason the K best groups hold the K best tokens
 (below, one level up: a super-group's key is its best group's, and super-groups, like groups, are
@@ -85,12 +97,13 @@ from ddtree_core.kernels.topk import (
     _order_key,
     _shrink,
     _write_best,
+    _write_ranked,
     check_k,
     rows_and_outputs,
 )
 from ddtree_core.tree import DraftTopK
 
-SELECT_PHASES = ("logsumexp", "supers", "groups", "gather", "select", "rank")  # kernel 2's phases, in stamp order
+SELECT_PHASES = ("logsumexp", "union", "supers", "groups", "gather", "select", "rank")  # kernel 2's, in stamp order
 SELECT_SLOTS = len(SELECT_PHASES) + 3  # the stamps of one row (clock.phase_times)
 _SELECT_SLOTS = tl.constexpr(SELECT_SLOTS)
 MAX_K = 1024  # larger k takes the torch path (batched.draft_topk), which gives the same result
@@ -98,6 +111,7 @@ _TILE = 2048  # default logits per tile of kernel 1
 _BLOCK = 1024  # at most this many tokens read back, or group keys held, per step of kernel 2
 _GATHER_FEW = 8192  # tokens read back per step while there are fewer than 4 rows per SM
 _PAD_KEY = tl.constexpr(-2147483648)  # key of no token (padding lanes): below NaN's key
+_TOP_ENTRY = tl.constexpr(9223372036854775807)  # above every entry: a masked lane of a minimum
 
 
 @triton.jit
@@ -140,6 +154,56 @@ def _scan_tile(
         term = tl.where(tl.reshape(valid, [GT, G]), term, 0.0)
     s = s * _exp(m - new_m, FAST) + tl.sum(term, 1)
     return group_max, new_m, s
+
+
+@triton.jit(do_not_specialize=["vocab", "n_groups", "n_tiles"])
+def _emit_kernel(
+    logits_ptr,  # [R, V] as for _scan_kernel
+    row_stride,  # elements between rows
+    vocab,  # V
+    scale,  # as for _scan_kernel
+    group_ptr,  # [R, n_groups] int32: _scan_kernel's group keys
+    n_groups,  # cdiv(V, G)
+    seg_ptr,  # [R, n_tiles, CAP] int64 out: each tile's candidates, in id order
+    count_ptr,  # [R, n_tiles] int32 out: each tile's candidate count (beyond CAP: not all stored)
+    floor_ptr,  # [R, n_tiles] int32 out: each tile's floor (its candidates: every token that reaches it)
+    n_tiles,  # cdiv(V, TILE)
+    TILE: tl.constexpr,  # logits per tile (a power of two, a multiple of G)
+    G: tl.constexpr,  # tokens per group
+    EMIT: tl.constexpr,  # the floor's rank among the tile's group keys
+    NG: tl.constexpr,  # next_pow2(EMIT): the most groups read back
+    CAP: tl.constexpr,  # candidate slots per tile
+    DIVIDE: tl.constexpr,  # as for _scan_kernel
+):
+    """One (row, tile): the tile's floor and its candidates, every token whose key reaches the floor.
+
+    The floor is the EMIT-th largest of the tile's group keys (a short last tile: the worst of its groups when
+    it has fewer), one above it when more than NG groups reach it (ties): a floor only decides which tokens
+    are candidates, and `_union_best` checks that it lies low enough. The candidates all lie in the groups
+    whose key reaches the floor, at most NG of them, read back as [NG, G] in group order (so the candidates
+    come in id order): two sorts of the tile's group keys, no per-token work on the rest of the tile."""
+    row = tl.program_id(0)
+    tile = tl.program_id(1)
+    GT: tl.constexpr = TILE // G
+    local = tl.arange(0, GT)
+    inside = tile * GT + local < n_groups
+    group_max = tl.load(group_ptr + row.to(tl.int64) * n_groups + tile * GT + local, mask=inside, other=_PAD_KEY)
+    need = tl.minimum(n_groups - tile * GT, EMIT)
+    floor = tl.max(tl.where(local == need - 1, tl.sort(group_max, descending=True), _PAD_KEY), 0)
+    floor += (tl.sum((group_max >= floor).to(tl.int32), 0) > NG).to(tl.int32)
+    flag = inside & (group_max >= floor)
+    order = tl.sort(tl.where(flag, local, local + GT))  # the flagged groups first, in group order
+    first = tl.sum(tl.where(tl.arange(0, GT // NG)[:, None] == 0, tl.reshape(order, [GT // NG, NG]), 0), 0)
+    ids = (tile * GT + first)[:, None] * G + tl.arange(0, G)[None, :]
+    valid = (first < GT)[:, None] & (ids < vocab)
+    raw = tl.load(logits_ptr + row.to(tl.int64) * row_stride + ids, mask=valid, other=0.0)
+    key = _order_key(_scale(raw.to(tl.float32), scale, DIVIDE))
+    live = tl.reshape((valid & (key >= floor)).to(tl.int32), [NG * G])
+    place = tl.cumsum(live, 0) - 1
+    slot = row.to(tl.int64) * n_tiles + tile
+    tl.store(seg_ptr + slot * CAP + place, tl.reshape(_entry(key, ids), [NG * G]), mask=(live == 1) & (place < CAP))
+    tl.store(count_ptr + slot, tl.sum(live, 0))
+    tl.store(floor_ptr + slot, floor)
 
 
 @triton.jit
@@ -212,7 +276,7 @@ def _scan_kernel(
     tl.store(stat_ptr + program * 2 + 1, tl.sum(s * tl.exp(m - chunk_max), 0))
 
 
-@triton.jit(do_not_specialize=["vocab", "n_groups", "chunks", "k", "soft"])
+@triton.jit(do_not_specialize=["vocab", "n_groups", "chunks", "k", "soft", "cand_stride", "n_tiles"])
 def _select_kernel(
     logits_ptr,  # [R, V] as for _scan_kernel
     row_stride,  # elements between rows
@@ -227,10 +291,16 @@ def _select_kernel(
     chunks,  # chunks per row
     k,  # K <= V
     soft,  # the token list shrinks to K when longer than this (>= 2K)
-    cand_ptr,  # [R, soft + GATHER] int64 scratch: the kept tokens' entries, in id order
+    cand_ptr,  # [R, cand_stride] int64 scratch: the kept tokens' entries, in id order
+    cand_stride,  # soft + GATHER, or n_tiles * CAP if larger (EMIT)
     lp_out,  # [R, K] float32: log-probs, best first
     ids_out,  # [R, K] int64: token ids, best first
     clock_ptr,  # [R, SELECT_SLOTS] int64: phase stamps (written when PROFILE)
+    seg_ptr,  # [R, n_tiles, CAP] int64 (EMIT): _emit_kernel's tile candidates
+    count_ptr,  # [R, n_tiles] int32 (EMIT): their counts
+    floor_ptr,  # [R, n_tiles] int32 (EMIT): the tiles' floors
+    n_tiles,  # tiles per row (EMIT)
+    settled_ptr,  # [R] int32 out (EMIT): 1 where the union settled the row, 0 where the groups did
     G: tl.constexpr,  # tokens per group
     S: tl.constexpr,  # groups per super-group (1: none)
     GATHER: tl.constexpr,  # tokens read back per step (a power of two)
@@ -244,6 +314,11 @@ def _select_kernel(
     DIVIDE: tl.constexpr,  # as for _scan_kernel
     TILED: tl.constexpr = False,  # read back [GATHER / G, G] tiles of whole groups (_gather_tiles; GATHER >= G)
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see SELECT_PHASES)
+    EMIT: tl.constexpr = False,  # first try the union of the tiles' candidates (_union_best)
+    CAP: tl.constexpr = 1,  # candidate slots per tile (EMIT)
+    TP: tl.constexpr = 1,  # next_pow2(n_tiles) (EMIT)
+    TB: tl.constexpr = 1,  # tiles per step of the union's compaction (EMIT)
+    UBLOCK: tl.constexpr = 1,  # entries per block of the union's selection (EMIT)
 ):
     """Kernel 2's work for one row (see the module docstring)."""
     row = tl.program_id(0)
@@ -252,50 +327,108 @@ def _select_kernel(
     stamp(clock_row, 1, PROFILE)
     lse = _chunks_logsumexp(stat_ptr + row * chunks * 2, chunks, CP)
     stamp(clock_row, 2, PROFILE)
-    groups = group_ptr + row.to(tl.int64) * n_groups
-    floor = row * 0 + _PAD_KEY  # with at most K groups every token is a candidate
-    chose = n_groups > k
-    if chose:
-        if (S > 1) & (n_supers > k):
-            floor = _choose_by_supers(groups, n_groups, super_ptr + row.to(tl.int64) * n_supers, n_supers,
-                                      list_ptr + row.to(tl.int64) * k * S, k, S, SBLOCK, LBLOCK, LOG_BINS,
-                                      clock_row, PROFILE)  # fmt: skip
+    cand = cand_ptr + row.to(tl.int64) * cand_stride
+    done = 0
+    if EMIT:
+        tiles = row.to(tl.int64) * n_tiles
+        done = _union_best(seg_ptr + tiles * CAP, count_ptr + tiles, floor_ptr + tiles, n_tiles, k, cand, lse,
+                           lp_out + row * k, ids_out + row * k, CAP, TP, TB, UBLOCK, LOG_BINS, KP)  # fmt: skip
+        tl.store(settled_ptr + row, done)
+    stamp(clock_row, 3, PROFILE)
+    if done == 0:  # the groups' way: the K best groups, their tokens read back, the K best of those
+        groups = group_ptr + row.to(tl.int64) * n_groups
+        floor = row * 0 + _PAD_KEY  # with at most K groups every token is a candidate
+        chose = n_groups > k
+        if chose:
+            if (S > 1) & (n_supers > k):
+                floor = _choose_by_supers(groups, n_groups, super_ptr + row.to(tl.int64) * n_supers, n_supers,
+                                          list_ptr + row.to(tl.int64) * k * S, k, S, SBLOCK, LBLOCK, LOG_BINS,
+                                          clock_row, PROFILE)  # fmt: skip
+            else:
+                stamp(clock_row, 4, PROFILE)  # no super-groups
+                _, floor = _keep_top(groups, n_groups, k, GBLOCK, LOG_BINS, KEYS=True)  # floor = tau
+            tl.debug_barrier()
         else:
-            stamp(clock_row, 3, PROFILE)  # no super-groups
-            _, floor = _keep_top(groups, n_groups, k, GBLOCK, LOG_BINS, KEYS=True)  # floor = tau
+            stamp(clock_row, 4, PROFILE)
+        stamp(clock_row, 5, PROFILE)
+        total = tl.minimum(n_groups, k) * G  # tokens of the chosen groups
+        src = logits_ptr + row.to(tl.int64) * row_stride
+        n = row * 0
+        if TILED:  # [GATHER / G chosen groups, G tokens] per step
+            n = _gather_tiles(src, vocab, scale, groups, chose, total // G, floor, cand, n, k, soft, G, GATHER // G,
+                              CBLOCK, LOG_BINS, DIVIDE)  # fmt: skip
+        else:
+            offs = tl.arange(0, GATHER)
+            b0 = row * 0
+            while b0 < total:
+                inside = b0 + offs < total
+                slot = (b0 + offs) // G  # the slot-th chosen group (every group when none were chosen)
+                group = tl.where(chose, tl.load(groups + slot, mask=inside & chose, other=0), slot)
+                ids = group * G + (b0 + offs) % G
+                valid = inside & (ids < vocab)
+                key = _order_key(_scale(tl.load(src + ids, mask=valid, other=0.0).to(tl.float32), scale, DIVIDE))
+                live = valid & (key >= floor)
+                tl.store(cand + n + tl.cumsum(live.to(tl.int32), 0) - 1, _entry(key, ids), mask=live)
+                n += tl.sum(live.to(tl.int32), 0)
+                if n > soft:
+                    n, floor = _shrink(cand, n, k, floor, CBLOCK, LOG_BINS)
+                b0 += GATHER
         tl.debug_barrier()
-    else:
-        stamp(clock_row, 3, PROFILE)
-    stamp(clock_row, 4, PROFILE)
-    total = tl.minimum(n_groups, k) * G  # tokens of the chosen groups
-    src = logits_ptr + row.to(tl.int64) * row_stride
-    cand = cand_ptr + row.to(tl.int64) * (soft + GATHER)
-    n = row * 0
-    if TILED:  # [GATHER / G chosen groups, G tokens] per step
-        n = _gather_tiles(src, vocab, scale, groups, chose, total // G, floor, cand, n, k, soft, G, GATHER // G,
-                          CBLOCK, LOG_BINS, DIVIDE)  # fmt: skip
-    else:
-        offs = tl.arange(0, GATHER)
-        b0 = row * 0
-        while b0 < total:
-            inside = b0 + offs < total
-            slot = (b0 + offs) // G  # the slot-th chosen group (every group when none were chosen)
-            group = tl.where(chose, tl.load(groups + slot, mask=inside & chose, other=0), slot)
-            ids = group * G + (b0 + offs) % G
-            valid = inside & (ids < vocab)
-            key = _order_key(_scale(tl.load(src + ids, mask=valid, other=0.0).to(tl.float32), scale, DIVIDE))
-            live = valid & (key >= floor)
-            tl.store(cand + n + tl.cumsum(live.to(tl.int32), 0) - 1, _entry(key, ids), mask=live)
-            n += tl.sum(live.to(tl.int32), 0)
-            if n > soft:
-                n, floor = _shrink(cand, n, k, floor, CBLOCK, LOG_BINS)
-            b0 += GATHER
-    tl.debug_barrier()
-    stamp(clock_row, 5, PROFILE)
-    _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP,  # one block
-                clock_row, 6 if PROFILE else -1)  # fmt: skip
-    stamp(clock_row, 7, PROFILE)
-    stamp(clock_row, 8, PROFILE, True)
+        stamp(clock_row, 6, PROFILE)
+        _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP,  # one block
+                    clock_row, 7 if PROFILE else -1)  # fmt: skip
+    else:  # the union's phases took it all
+        stamp(clock_row, 4, PROFILE)
+        stamp(clock_row, 5, PROFILE)
+        stamp(clock_row, 6, PROFILE)
+        stamp(clock_row, 7, PROFILE)
+    stamp(clock_row, 8, PROFILE)
+    stamp(clock_row, 9, PROFILE, True)
+
+
+@triton.jit
+def _union_best(
+    seg, counts, floors, n_tiles, k, cand, lse, lp_row, ids_row, CAP: tl.constexpr, TP: tl.constexpr,
+    TB: tl.constexpr, UBLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr,
+):  # fmt: skip
+    """The row's K best from its tiles' candidates, when they are sure to hold them: returns 1 after writing
+    them (best first), 0 (nothing written) when a tile stored fewer candidates than it had (more than CAP),
+    when there are fewer than K, or when a tile's floor lies above the K-th best candidate's key.
+
+    The candidates, compacted into `cand` tile after tile (so in id order), are every token that reaches its
+    tile's floor; a token left out lies below its tile's floor, so below every floor's maximum. When that
+    maximum is at most the K-th best candidate's key, every token left out lies strictly below the K-th best
+    candidate, and the candidates' K best (equal keys in id order) are the row's."""
+    t = tl.arange(0, TP)
+    count = tl.load(counts + t, mask=t < n_tiles, other=0)
+    highest = tl.max(tl.load(floors + t, mask=t < n_tiles, other=_PAD_KEY), 0)
+    total = tl.sum(count, 0)
+    done = ((tl.max(count, 0) <= CAP) & (total >= k)).to(tl.int32)
+    if done == 1:
+        rows = tl.arange(0, TB)
+        cols = tl.arange(0, CAP)
+        placed = total * 0
+        t0 = total * 0
+        while t0 < n_tiles:
+            tile = t0 + rows
+            n = tl.load(counts + tile, mask=tile < n_tiles, other=0)
+            first = placed + tl.cumsum(n, 0) - n
+            inside = cols[None, :] < n[:, None]
+            entry = tl.load(seg + tile[:, None] * CAP + cols[None, :], mask=inside, other=0)
+            tl.store(cand + first[:, None] + cols[None, :], entry, mask=inside)
+            placed += tl.sum(n, 0)
+            t0 += TB
+        tl.debug_barrier()
+        if total > k:
+            _, kth = _keep_top(cand, total, k, UBLOCK, LOG_BINS)
+            tl.debug_barrier()
+        else:
+            p = tl.arange(0, KP)
+            kth = tl.min(tl.load(cand + p, mask=p < k, other=_TOP_ENTRY) >> 32, 0).to(tl.int32)
+        done = (highest <= kth).to(tl.int32)
+        if done == 1:
+            _write_ranked(cand, k, lse, lp_row, ids_row, KP)
+    return done
 
 
 @triton.jit
@@ -339,7 +472,7 @@ def _choose_by_supers(
     (clock_row, PROFILE) once the K best super-groups are chosen."""
     _keep_top(supers, n_supers, k, SBLOCK, LOG_BINS, KEYS=True)  # their indices, in order
     tl.debug_barrier()
-    stamp(clock_row, 3, PROFILE)  # the selection's "supers" phase
+    stamp(clock_row, 4, PROFILE)  # the selection's "supers" phase
     offs = tl.arange(0, LBLOCK)
     last = tl.load(supers + k - 1)  # only the last super-group can be partial, and its groups come last
     n = k * S - tl.maximum((last + 1) * S - n_groups, 0)  # the chosen super-groups' groups, in group order
@@ -379,7 +512,10 @@ def draft_topk(
     scan_registers: int | None = None,
     select_registers: int | None = None,
     tiled: bool = False,
+    emit: int | None = None,
+    emit_warps: int = 1,
     clock: torch.Tensor | None = None,
+    settled: torch.Tensor | None = None,
 ) -> DraftTopK:
     """Top-k of `logits` [..., V] per row, equal to `tree.draft_topk(impl="reference")` (ids exactly).
 
@@ -395,10 +531,16 @@ def draft_topk(
     launch at 64 requests and K = 64: the scan needs 123 and the 4-warp selection 119, so an SM holds 4
     of either; capped at 64, 8 of them, with 88 / 172 bytes spilled); tiled: read the chosen groups back as
     [groups, G] tiles (each group's index loaded once, its tokens as one row; at least one group per step)
-    instead of a flat run of tokens. They change only the speed
-    (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph capturable.
+    instead of a flat run of tokens; emit: > 0, a third kernel (`_emit_kernel`) keeps each tile's tokens that
+    reach the emit-th best of its group maxima, and the selection first tries the union of those
+    (`_union_best`), falling back to the groups when it cannot be sure of it (None: `_emit_need` where
+    `_emit_pays`, else 0; 0: off); emit_warps: per program of that kernel (a power of two).
+    They change only the speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph
+    capturable.
     clock: an int64 CUDA tensor [rows, SELECT_SLOTS] that receives kernel 2's phase stamps, one
     row per logits row (`select_phase_times` reads them; ddbench.topk_tune's phases.csv).
+    settled: an int32 tensor [rows] on the logits' device that receives, with emit, 1 for each row the tiles'
+    candidates settled and 0 for each the groups did (ddbench.topk_tune's `settled` column).
     """
     *lead, vocab = logits.shape
     check_k(k, vocab)
@@ -414,6 +556,10 @@ def draft_topk(
             raise ValueError(f"{name} must be in [24, 255], got {value}")
     if tile is not None and group is not None and tile < group * (super_group or 1):
         raise ValueError(f"tile ({tile}) must be at least group x super_group ({group} x {super_group or 1})")
+    if emit is not None and emit < 0:
+        raise ValueError(f"emit must be >= 0 (0: off), got {emit}")
+    if emit_warps < 1 or emit_warps & (emit_warps - 1):
+        raise ValueError(f"emit_warps must be a power of two, got {emit_warps}")
     if k > MAX_K:
         from ddtree_core import batched
 
@@ -421,11 +567,21 @@ def draft_topk(
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
     if rows.shape[0] > 0:
         *plan, auto_warps, auto_gather = _plan(rows, k, tile, chunks, group, super_group)
+        tile_groups = plan[0] // plan[3]
+        n_tiles = triton.cdiv(rows.shape[1], plan[0])
+        if emit is None:
+            emit = _emit_need(k, n_tiles, tile_groups) if _emit_pays(rows, k, n_tiles) else 0
+        if emit > tile_groups:
+            raise ValueError(f"emit ({emit}) must be at most the groups of a tile ({tile_groups})")
         launch = _Launch(warps, select_warps or auto_warps, block or _BLOCK, gather or auto_gather, log_bins,
-                         scan_registers, select_registers, tiled)  # fmt: skip
+                         scan_registers, select_registers, tiled, emit, emit_warps)  # fmt: skip
         if clock is not None:
             check_clock(clock, rows.shape[0], SELECT_SLOTS)
-        _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, clock=clock)
+        if settled is not None and (settled.shape != (rows.shape[0],) or settled.dtype != torch.int32
+                                    or settled.device != rows.device or not emit):  # fmt: skip
+            raise ValueError(f"settled must be an int32 tensor [{rows.shape[0]}] on {rows.device}, with emit > 0; "
+                             f"got {settled.dtype} {tuple(settled.shape)} on {settled.device}, emit {emit}")
+        _launch(rows, k, draft_temperature, plan, launch, log_probs, token_ids, clock=clock, settled=settled)
     return DraftTopK(log_probs=log_probs.view(*lead, k), token_ids=token_ids.view(*lead, k))
 
 
@@ -441,22 +597,48 @@ def _plan(
     and 128 rows and 4 at 1,024 (results/kernels/h200-2026-11-30/topk); reading back 8,192 tokens per step
     saved 0.2-1.9 us at 16 and 128 rows and cost 18-118 us at 1,024 (results/kernels/h200-2026-11-30c/topk)."""
     num_rows, vocab = rows.shape
-    device = rows.device
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
     if group is None:
         group = min(2 ** min(8, max(3, round(math.log2(math.sqrt(vocab / k))))), tile or _TILE)
     if tile is None:
         tile = max(group * (super_group or 1), min(_TILE, triton.next_power_of_2(vocab)))
     if chunks is None:
-        chunks = triton.cdiv(16 * sms, num_rows)
+        chunks = triton.cdiv(16 * _sms(rows.device), num_rows)
     chunks = max(1, min(chunks, triton.cdiv(vocab, tile)))
     chunk_len = triton.cdiv(triton.cdiv(vocab, chunks), tile) * tile
     if super_group is None:
         super_group = 2 ** max(0, round(math.log2(math.sqrt(triton.cdiv(vocab, group) / k))))
         super_group = min(super_group, tile // group)
-    few = num_rows < 4 * sms
+    few = _few_rows(rows)
     chunks = triton.cdiv(vocab, chunk_len)
     return tile, chunk_len, chunks, group, super_group, 8 if few else 4, _GATHER_FEW if few else _BLOCK
+
+
+def _sms(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (1 on the CPU)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+def _few_rows(rows: torch.Tensor) -> bool:
+    """Fewer than 4 rows per SM: the per-row selection programs leave most of the GPU idle."""
+    return rows.shape[0] < 4 * _sms(rows.device)
+
+
+def _emit_pays(rows: torch.Tensor, k: int, n_tiles: int) -> bool:
+    """Whether the default launch takes the tiles' candidates first: K >= 128 and at most 24 emit programs
+    (rows x tiles) per SM. On an H200 (results/kernels/h200-2026-11-30g) at vocab 152,064 they took the top-K
+    of 16 rows from 30.0 to 22.7 us at K = 256 (the selection 26.0 -> 11.6 us, for an emit kernel of 5.3),
+    left it unchanged at K = 64 (41.6 / 41.5 us rounds), and lost at 128 rows (emit kernel 20-23 us, 73
+    programs per SM); a line through its two times puts the break-even at K = 256 near 45-55 programs per SM."""
+    return k >= 128 and rows.shape[0] * n_tiles <= 24 * _sms(rows.device)
+
+
+def _emit_need(k: int, tiles: int, tile_groups: int) -> int:
+    """The rank, among a tile's group maxima, of its floor: lam + 5 sqrt(lam), lam = K / tiles the K best's
+    mean per tile (in [1, tile_groups]). A tile that holds more of the K best than this fails the union (the
+    selection falls back to the groups): for iid logits the count per tile is near Poisson(lam), 5 standard
+    deviations above the mean."""
+    lam = k / tiles
+    return max(1, min(tile_groups, math.ceil(lam + 5 * math.sqrt(lam))))
 
 
 def _interpreted() -> bool:
@@ -486,6 +668,8 @@ class _Launch(NamedTuple):
     scan_registers: int | None = None  # per-thread register cap of kernel 1 (maxnreg; None: the compiler's)
     select_registers: int | None = None  # the same for kernel 2
     tiled: bool = False  # read back [groups, G] tiles (_gather_tiles)
+    emit: int = 0  # the tiles' candidates first: each tile's floor, the emit-th best of its group keys (0: off)
+    emit_warps: int = 1  # per program of the tiles' candidates (_emit_kernel)
 
 
 def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
@@ -493,9 +677,11 @@ def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
     return phase_times(clock, SELECT_PHASES)
 
 
-def _launch(rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_ids, select=True, clock=None):
+def _launch(
+    rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_ids, select=True, clock=None, settled=None
+):
     tile, chunk_len, chunks, group, span = plan
-    warps, select_warps, block, gather, log_bins, scan_registers, select_registers, tiled = launch
+    warps, select_warps, block, gather, log_bins, scan_registers, select_registers, tiled, emit, emit_warps = launch
     num_rows, vocab = rows.shape
     device = rows.device
     n_groups = triton.cdiv(vocab, group)
@@ -507,6 +693,11 @@ def _launch(rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_
     groups = torch.empty((num_rows, n_groups), dtype=torch.int32, device=device)
     supers = torch.empty((num_rows, n_supers if span > 1 else 1), dtype=torch.int32, device=device)  # 1: unused
     stats = torch.empty((num_rows, chunks, 2), dtype=torch.float32, device=device)
+    n_tiles = triton.cdiv(vocab, tile)
+    cap = triton.next_power_of_2(max(32, 3 * emit)) if emit else 1  # candidate slots per tile
+    seg = torch.empty((num_rows, n_tiles, cap) if emit else (1,), dtype=torch.int64, device=device)
+    counts = torch.empty((num_rows, n_tiles) if emit else (1,), dtype=torch.int32, device=device)
+    floors = torch.empty_like(counts)
     divide = device.type == "cpu"
     scale = float(np.float32(draft_temperature)) if divide else float(np.float32(1) / np.float32(draft_temperature))
     _scan_kernel[(num_rows, chunks)](
@@ -516,16 +707,26 @@ def _launch(rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_
     )  # fmt: skip
     if not select:
         return groups
-    cand = torch.empty((num_rows, soft + gather), dtype=torch.int64, device=device)
+    if emit:
+        _emit_kernel[(num_rows, n_tiles)](
+            rows, rows.stride(0), vocab, scale, groups, n_groups, seg, counts, floors, n_tiles,
+            TILE=tile, G=group, EMIT=emit, NG=triton.next_power_of_2(emit), CAP=cap, DIVIDE=divide,
+            num_warps=emit_warps,
+        )  # fmt: skip
+    cand_stride = max(soft + gather, n_tiles * cap if emit else 0)
+    tiles_pad = triton.next_power_of_2(n_tiles)
+    cand = torch.empty((num_rows, cand_stride), dtype=torch.int64, device=device)
     listed = torch.empty((num_rows, k * span if span > 1 else 1), dtype=torch.int32, device=device)
     _select_kernel[(num_rows,)](
         rows, rows.stride(0), vocab, scale, groups, n_groups, supers, n_supers, listed, stats, chunks, k, soft, cand,
-        log_probs, token_ids, token_ids if clock is None else clock, G=group, S=span, GATHER=gather,
+        cand_stride, log_probs, token_ids, token_ids if clock is None else clock, seg, counts, floors, n_tiles,
+        counts if settled is None else settled, G=group, S=span, GATHER=gather,
         CP=triton.next_power_of_2(chunks), GBLOCK=min(block, triton.next_power_of_2(n_groups)),
         SBLOCK=min(block, triton.next_power_of_2(n_supers)), LBLOCK=min(block, triton.next_power_of_2(k * span)),
         CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins,
         KP=triton.next_power_of_2(k), DIVIDE=divide, TILED=bool(tiled), PROFILE=clock is not None,
-        num_warps=select_warps,
+        EMIT=bool(emit), CAP=cap, TP=tiles_pad, TB=min(tiles_pad, 2048 // cap),
+        UBLOCK=min(2048, triton.next_power_of_2(n_tiles * cap)), num_warps=select_warps,
         **_register_cap(select_registers),
     )  # fmt: skip
     return groups
