@@ -7,6 +7,7 @@ import pytest
 import typer
 
 from ddbench import kernel_bench, topk_tune
+from ddtree_core.kernels import topk_radix
 
 
 @pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # numpy's max of the padding (interpreter)
@@ -15,26 +16,29 @@ def test_sweep_checks_every_launch_of_both_kernels_against_the_fused_default(tmp
     rows = topk_tune.run(tmp_path, batches=[1], vocabs=[200], ks=[3], tiles=[64], chunk_counts=[1, 2],
                          warp_counts=[4, 2], groups=[8, 16], select_warps=[4], blocks=[64], log_bins=[8],
                          gathers=[32], registers=[64],
-                         extra=[{"select_warps": 2, "group": 16, "super_group": 2, "tiled": 1}])  # fmt: skip
+                         extra=[{"select_warps": 2, "group": 16, "super_group": 2, "tiled": 1},
+                                {"emit": 4, "emit_warps": 2}])  # fmt: skip
     a = "auto"
     assert [(r["method"], *(r[p] for p in topk_tune.PARAMS)) for r in rows] == [
-        ("fused", a, a, a, "", "", "", "", "", "", "", "", ""),
-        ("fused", 64, 1, 4, "", "", "", "", "", "", "", "", ""),
-        ("fused", 64, 1, 2, "", "", "", "", "", "", "", "", ""),
-        ("fused", 64, 2, 4, "", "", "", "", "", "", "", "", ""),
-        ("fused", 64, 2, 2, "", "", "", "", "", "", "", "", ""),
-        ("radix", a, a, a, a, a, a, a, a, a, a, a, a),
-        ("radix-scan", a, a, a, a, a, a, a, a, a, a, a, a),
-        ("radix", 64, 1, 4, a, a, a, a, a, a, a, a, a), ("radix", 64, 1, 2, a, a, a, a, a, a, a, a, a),
-        ("radix", 64, 2, 4, a, a, a, a, a, a, a, a, a), ("radix", 64, 2, 2, a, a, a, a, a, a, a, a, a),
-        ("radix", a, a, a, 8, a, 4, a, a, a, a, a, a), ("radix", a, a, a, 16, a, 4, a, a, a, a, a, a),
-        ("radix", a, a, a, a, a, a, 64, a, 8, a, a, a),
-        ("radix", a, a, a, a, a, a, a, 32, a, a, a, a),
-        ("radix", a, a, a, a, a, a, a, a, a, 64, a, a), ("radix", a, a, a, a, a, a, a, a, a, a, 64, a),
-        ("radix", a, a, a, a, a, a, a, a, a, 64, 64, a),
-        ("radix", a, a, a, 16, 2, 2, a, a, a, a, a, 1),
+        ("fused", a, a, a, "", "", "", "", "", "", "", "", "", "", ""),
+        ("fused", 64, 1, 4, "", "", "", "", "", "", "", "", "", "", ""),
+        ("fused", 64, 1, 2, "", "", "", "", "", "", "", "", "", "", ""),
+        ("fused", 64, 2, 4, "", "", "", "", "", "", "", "", "", "", ""),
+        ("fused", 64, 2, 2, "", "", "", "", "", "", "", "", "", "", ""),
+        ("radix", a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        ("radix-scan", a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        ("radix", 64, 1, 4, a, a, a, a, a, a, a, a, a, a, a), ("radix", 64, 1, 2, a, a, a, a, a, a, a, a, a, a, a),
+        ("radix", 64, 2, 4, a, a, a, a, a, a, a, a, a, a, a), ("radix", 64, 2, 2, a, a, a, a, a, a, a, a, a, a, a),
+        ("radix", a, a, a, 8, a, 4, a, a, a, a, a, a, a, a), ("radix", a, a, a, 16, a, 4, a, a, a, a, a, a, a, a),
+        ("radix", a, a, a, a, a, a, 64, a, 8, a, a, a, a, a),
+        ("radix", a, a, a, a, a, a, a, 32, a, a, a, a, a, a),
+        ("radix", a, a, a, a, a, a, a, a, a, 64, a, a, a, a), ("radix", a, a, a, a, a, a, a, a, a, a, 64, a, a, a),
+        ("radix", a, a, a, a, a, a, a, a, a, 64, 64, a, a, a),
+        ("radix", a, a, a, 16, 2, 2, a, a, a, a, a, 1, a, a),
+        ("radix", a, a, a, a, a, a, a, a, a, a, a, a, 4, 2),
     ]  # fmt: skip
     assert all(r["equal"] is True and r["us"] > 0 for r in rows), [r["note"] for r in rows]
+    assert [r["settled"] for r in rows if r.get("emit") == 4] == [1.0]  # 2 rows, both settled by the union
     with open(tmp_path / "best.csv") as stream:
         best = list(csv.DictReader(stream))
     assert [b["method"] for b in best] == ["fused", "radix", "radix-scan"]
@@ -63,7 +67,7 @@ def test_parse_launches():
 def test_best_ignores_unequal_or_failed_launches():
     def row(method, tile, chunks, warps, group, us, equal):
         radix_params = ("super_group", "select_warps", "block", "gather", "log_bins", "scan_registers",
-                        "select_registers", "tiled")
+                        "select_registers", "tiled", "emit", "emit_warps")
         radix = {p: "" if group == "" else "auto" for p in radix_params}
         return {"method": method, "batch": 1, "vocab": 9, "k": 2, "tile": tile, "chunks": chunks, "warps": warps,
                 "group": group, **radix, "us": us, "equal": equal}  # fmt: skip
@@ -79,13 +83,14 @@ def test_best_ignores_unequal_or_failed_launches():
     assert topk_tune.best_rows(rows) == [
         {"method": "fused", "batch": 1, "vocab": 9, "k": 2, "tile": 128, "chunks": 1, "warps": 8, "group": "",
          "super_group": "", "select_warps": "", "block": "", "gather": "", "log_bins": "", "scan_registers": "",
-         "select_registers": "", "tiled": "",
+         "select_registers": "", "tiled": "", "emit": "", "emit_warps": "",
          "us": 3.0, "auto_us": 5.0,
          "fused_auto_us": 5.0},
         {"method": "radix", "batch": 1, "vocab": 9, "k": 2, "tile": "auto", "chunks": "auto", "warps": "auto",
          "group": 32, "super_group": "auto",
          "select_warps": "auto", "block": "auto", "gather": "auto", "log_bins": "auto",
-         "scan_registers": "auto", "select_registers": "auto", "tiled": "auto", "us": 2.0,
+         "scan_registers": "auto", "select_registers": "auto", "tiled": "auto", "emit": "auto", "emit_warps": "auto",
+         "us": 2.0,
          "auto_us": 4.0, "fused_auto_us": 5.0},
     ]  # fmt: skip
 
@@ -99,4 +104,4 @@ def test_phases_on_cuda(tmp_path):
         rows = list(csv.DictReader(stream))
     for label in ("default", "super_group=1,select_warps=4"):
         phases = {r["phase"]: float(r["us"]) for r in rows if r["launch"] == label}
-        assert set(phases) == {"logsumexp", "groups", "gather", "rank", "total"} and phases["total"] > 0
+        assert set(phases) == {*topk_radix.SELECT_PHASES, "total"} and phases["total"] > 0
