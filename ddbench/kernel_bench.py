@@ -16,7 +16,8 @@ The floor of a round is reading the draft logits once at the copy bandwidth meas
 device-to-device copy, bytes read + written over time). Writes cells.csv and run.json (environment
 stamp, bandwidth, every cell) to --out and prints a table. A cell that fails records its error. With
 --profile (CUDA) also kernels.csv: each kernel's launches and device time per eager round (torch.profiler),
-the round's time less its launch gaps.
+the round's time less its launch gaps. For triton, settled is the share of the top-K's rows that its tiles'
+candidates settled (empty where the default launch does not try them).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class CellResult:
     sync_free: bool | None  # an eager round passed set_sync_debug_mode("error")
     mean_nodes: float | None  # mean tree size (sanity: the same for every impl)
     mean_depth: float | None  # mean depth of the trees' deepest nodes (how chain-like the drafts are)
+    settled: float | None  # triton: the share of the top-K's rows its tiles' candidates settled (None: not used)
     logit_scale: float  # the draft logits' scale (randn x scale)
     note: str  # skips and errors
 
@@ -329,8 +331,22 @@ def _measure(config: BenchConfig, batch: int, budget: int, vocab: int, impl: str
         sync_free=sync_free,
         mean_nodes=mean_nodes,
         mean_depth=float(depths.max(dim=1).values.float().mean()),
+        settled=settled_share(logits, max(1, min(budget, vocab))) if impl == "triton" else None,
         note="; ".join(notes),
     )
+
+
+def settled_share(logits: torch.Tensor, k: int) -> float | None:
+    """The share of rows whose top-K the Triton default took from its tiles' candidates (None where it does
+    not try them: `topk_radix.default_emit`)."""
+    from ddtree_core.kernels import topk_radix
+
+    emit = topk_radix.default_emit(logits, k)
+    if not emit:
+        return None
+    settled = torch.zeros(logits.numel() // logits.shape[-1], dtype=torch.int32, device=logits.device)
+    topk_radix.draft_topk(logits, k, 1.0, emit=emit, settled=settled)
+    return round(settled.float().mean().item(), 4)
 
 
 def kernel_times(fn: Callable[[], object], calls: int = 20) -> dict[str, tuple[float, float]]:

@@ -192,6 +192,20 @@ def test_tile_candidates_by_default_for_large_k_and_few_emit_programs():
         [True, False, False]
 
 
+def test_default_emit_is_the_launch_of_draft_topk_and_the_benchmark_reports_its_settled_share():
+    from ddbench.kernel_bench import settled_share
+
+    logits = radix_logits("bf16", (1, 4, 3000), torch.Generator().manual_seed(9)).to(DEVICE)
+    assert topk_radix.default_emit(logits, 127) == 0 and settled_share(logits, 127) is None
+    emit = topk_radix.default_emit(logits, 128)  # 2 tiles of 2,048, groups of 8: lam = 64, 64 + 40
+    assert emit == 104
+    with mock.patch.object(topk_radix, "_launch", wraps=topk_radix._launch) as launch:
+        out = topk_radix.draft_topk(logits, 128, 1.0)
+    assert launch.call_args.args[4].emit == emit
+    assert_topk_equal(out, draft_topk(logits, 128, impl="reference"))
+    assert settled_share(logits, 128) == 1.0
+
+
 def test_default_tile_floor_rank_is_five_deviations_above_the_mean_per_tile():
     """lam = K / tiles: K = 256 over 19 tiles of 8,192 -> 32; K = 64 over 75 of 2,048 -> 6; capped at the
     groups of a tile."""

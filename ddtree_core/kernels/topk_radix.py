@@ -613,6 +613,17 @@ def _plan(
     return tile, chunk_len, chunks, group, super_group, 8 if few else 4, _GATHER_FEW if few else _BLOCK
 
 
+def default_emit(logits: torch.Tensor, k: int) -> int:
+    """The floor rank (`emit`) that `draft_topk(logits, k, ...)` takes by default: 0 where the tiles'
+    candidates are off."""
+    rows = logits.reshape(-1, logits.shape[-1])
+    if k > MAX_K or rows.shape[0] == 0:
+        return 0
+    tile, _, _, group, *_ = _plan(rows, k, None, None, None)
+    n_tiles = triton.cdiv(rows.shape[1], tile)
+    return _emit_need(k, n_tiles, tile // group) if _emit_pays(rows, k, n_tiles) else 0
+
+
 def _sms(device: torch.device) -> int:
     """Streaming multiprocessors of a CUDA device (1 on the CPU)."""
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
