@@ -103,7 +103,7 @@ from ddtree_core.kernels.topk import (
 )
 from ddtree_core.tree import DraftTopK
 
-SELECT_PHASES = ("logsumexp", "union", "supers", "groups", "gather", "select", "rank")  # kernel 2's, in stamp order
+SELECT_PHASES = ("logsumexp", "compact", "union", "supers", "groups", "gather", "select", "rank")  # in stamp order
 SELECT_SLOTS = len(SELECT_PHASES) + 3  # the stamps of one row (clock.phase_times)
 _SELECT_SLOTS = tl.constexpr(SELECT_SLOTS)
 MAX_K = 1024  # larger k takes the torch path (batched.draft_topk), which gives the same result
@@ -332,9 +332,12 @@ def _select_kernel(
     if EMIT:
         tiles = row.to(tl.int64) * n_tiles
         done = _union_best(seg_ptr + tiles * CAP, count_ptr + tiles, floor_ptr + tiles, n_tiles, k, cand, lse,
-                           lp_out + row * k, ids_out + row * k, CAP, TP, TB, UBLOCK, LOG_BINS, KP)  # fmt: skip
+                           lp_out + row * k, ids_out + row * k, CAP, TP, TB, UBLOCK, LOG_BINS, KP, clock_row,
+                           PROFILE)  # fmt: skip
         tl.store(settled_ptr + row, done)
-    stamp(clock_row, 3, PROFILE)
+    else:
+        stamp(clock_row, 3, PROFILE)
+    stamp(clock_row, 4, PROFILE)
     if done == 0:  # the groups' way: the K best groups, their tokens read back, the K best of those
         groups = group_ptr + row.to(tl.int64) * n_groups
         floor = row * 0 + _PAD_KEY  # with at most K groups every token is a candidate
@@ -345,12 +348,12 @@ def _select_kernel(
                                           list_ptr + row.to(tl.int64) * k * S, k, S, SBLOCK, LBLOCK, LOG_BINS,
                                           clock_row, PROFILE)  # fmt: skip
             else:
-                stamp(clock_row, 4, PROFILE)  # no super-groups
+                stamp(clock_row, 5, PROFILE)  # no super-groups
                 _, floor = _keep_top(groups, n_groups, k, GBLOCK, LOG_BINS, KEYS=True)  # floor = tau
             tl.debug_barrier()
         else:
-            stamp(clock_row, 4, PROFILE)
-        stamp(clock_row, 5, PROFILE)
+            stamp(clock_row, 5, PROFILE)
+        stamp(clock_row, 6, PROFILE)
         total = tl.minimum(n_groups, k) * G  # tokens of the chosen groups
         src = logits_ptr + row.to(tl.int64) * row_stride
         n = row * 0
@@ -374,26 +377,28 @@ def _select_kernel(
                     n, floor = _shrink(cand, n, k, floor, CBLOCK, LOG_BINS)
                 b0 += GATHER
         tl.debug_barrier()
-        stamp(clock_row, 6, PROFILE)
+        stamp(clock_row, 7, PROFILE)
         _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP,  # one block
-                    clock_row, 7 if PROFILE else -1)  # fmt: skip
+                    clock_row, 8 if PROFILE else -1)  # fmt: skip
     else:  # the union's phases took it all
-        stamp(clock_row, 4, PROFILE)
         stamp(clock_row, 5, PROFILE)
         stamp(clock_row, 6, PROFILE)
         stamp(clock_row, 7, PROFILE)
-    stamp(clock_row, 8, PROFILE)
-    stamp(clock_row, 9, PROFILE, True)
+        stamp(clock_row, 8, PROFILE)
+    stamp(clock_row, 9, PROFILE)
+    stamp(clock_row, 10, PROFILE, True)
 
 
 @triton.jit
 def _union_best(
     seg, counts, floors, n_tiles, k, cand, lse, lp_row, ids_row, CAP: tl.constexpr, TP: tl.constexpr,
-    TB: tl.constexpr, UBLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr,
+    TB: tl.constexpr, UBLOCK: tl.constexpr, LOG_BINS: tl.constexpr, KP: tl.constexpr, clock_row,
+    PROFILE: tl.constexpr,
 ):  # fmt: skip
     """The row's K best from its tiles' candidates, when they are sure to hold them: returns 1 after writing
     them (best first), 0 (nothing written) when a tile stored fewer candidates than it had (more than CAP),
-    when there are fewer than K, or when a tile's floor lies above the K-th best candidate's key.
+    when there are fewer than K, or when a tile's floor lies above the K-th best candidate's key. Stamps the
+    "compact" phase (clock_row, PROFILE) once the candidates are in `cand`.
 
     The candidates, compacted into `cand` tile after tile (so in id order), are every token that reaches its
     tile's floor; a token left out lies below its tile's floor, so below every floor's maximum. When that
@@ -419,6 +424,8 @@ def _union_best(
             placed += tl.sum(n, 0)
             t0 += TB
         tl.debug_barrier()
+    stamp(clock_row, 3, PROFILE)
+    if done == 1:
         if total > k:
             _, kth = _keep_top(cand, total, k, UBLOCK, LOG_BINS)
             tl.debug_barrier()
@@ -472,7 +479,7 @@ def _choose_by_supers(
     (clock_row, PROFILE) once the K best super-groups are chosen."""
     _keep_top(supers, n_supers, k, SBLOCK, LOG_BINS, KEYS=True)  # their indices, in order
     tl.debug_barrier()
-    stamp(clock_row, 4, PROFILE)  # the selection's "supers" phase
+    stamp(clock_row, 5, PROFILE)  # the selection's "supers" phase
     offs = tl.arange(0, LBLOCK)
     last = tl.load(supers + k - 1)  # only the last super-group can be partial, and its groups come last
     n = k * S - tl.maximum((last + 1) * S - n_groups, 0)  # the chosen super-groups' groups, in group order
