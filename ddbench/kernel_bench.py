@@ -336,16 +336,18 @@ def _measure(config: BenchConfig, batch: int, budget: int, vocab: int, impl: str
     )
 
 
-def settled_share(logits: torch.Tensor, k: int) -> float | None:
-    """The share of rows whose top-K the Triton default took from its tiles' candidates (None where it does
-    not try them: `topk_radix.default_emit`)."""
+def settled_share(logits: torch.Tensor, k: int, **launch) -> float | None:
+    """The share of rows whose top-K a Triton radix launch (the default without `launch`) took from its tiles'
+    candidates; None where it does not try them (emit 0, or the default's `topk_radix.default_emit`)."""
     from ddtree_core.kernels import topk_radix
 
-    emit = topk_radix.default_emit(logits, k)
+    emit = launch.pop("emit", None)
+    if emit is None:
+        emit = topk_radix.default_emit(logits, k)
     if not emit:
         return None
     settled = torch.zeros(logits.numel() // logits.shape[-1], dtype=torch.int32, device=logits.device)
-    topk_radix.draft_topk(logits, k, 1.0, emit=emit, settled=settled)
+    topk_radix.draft_topk(logits, k, 1.0, emit=emit, settled=settled, **launch)
     return round(settled.float().mean().item(), 4)
 
 

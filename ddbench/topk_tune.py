@@ -42,7 +42,7 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.kernel_bench import launch_label, parse_ints, parse_launches, tune_row
+from ddbench.kernel_bench import launch_label, parse_ints, parse_launches, settled_share, tune_row
 
 LENGTH = 16
 PARAMS = ("tile", "chunks", "warps", "group", "super_group", "select_warps", "block", "gather", "log_bins",
@@ -137,15 +137,6 @@ def phases(logits: torch.Tensor, k: int, **launch) -> dict[str, float]:
         topk_radix.draft_topk(logits, k, 1.0, clock=stamps, **launch)
     torch.cuda.synchronize()
     return topk_radix.select_phase_times(clock)
-
-
-def settled_share(logits: torch.Tensor, k: int, **launch) -> float:
-    """The share of rows whose K best a radix launch with emit took from the tiles' candidates."""
-    from ddtree_core.kernels import topk_radix
-
-    settled = torch.zeros(logits.numel() // logits.shape[-1], dtype=torch.int32, device=logits.device)
-    topk_radix.draft_topk(logits, k, 1.0, settled=settled, **launch)
-    return round(settled.float().mean().item(), 4)
 
 
 def group_max_keys(logits: torch.Tensor, k: int) -> torch.Tensor:

@@ -575,9 +575,8 @@ def draft_topk(
     if rows.shape[0] > 0:
         *plan, auto_warps, auto_gather = _plan(rows, k, tile, chunks, group, super_group)
         tile_groups = plan[0] // plan[3]
-        n_tiles = triton.cdiv(rows.shape[1], plan[0])
         if emit is None:
-            emit = _emit_need(k, n_tiles, tile_groups) if _emit_pays(rows, k, n_tiles) else 0
+            emit = _auto_emit(rows, k, plan[0], plan[3])
         if emit > tile_groups:
             raise ValueError(f"emit ({emit}) must be at most the groups of a tile ({tile_groups})")
         launch = _Launch(warps, select_warps or auto_warps, block or _BLOCK, gather or auto_gather, log_bins,
@@ -627,6 +626,11 @@ def default_emit(logits: torch.Tensor, k: int) -> int:
     if k > MAX_K or rows.shape[0] == 0:
         return 0
     tile, _, _, group, *_ = _plan(rows, k, None, None, None)
+    return _auto_emit(rows, k, tile, group)
+
+
+def _auto_emit(rows: torch.Tensor, k: int, tile: int, group: int) -> int:
+    """emit=None's floor rank for a launch's tile and group: `_emit_need` where `_emit_pays`, else 0."""
     n_tiles = triton.cdiv(rows.shape[1], tile)
     return _emit_need(k, n_tiles, tile // group) if _emit_pays(rows, k, n_tiles) else 0
 
