@@ -13,7 +13,8 @@ select_warps those of its per-row selection program, block and log_bins the grou
 of that program (a block that holds all groups keeps them in registers), gather its read-back step, and the
 register caps per thread of the scan and the selection (more programs per SM, some registers spilled); tiled
 and, through --launch only, emit (the tiles' candidates first: the floor's rank among a tile's group maxima, 0:
-off) and emit_warps (per program of the kernel that finds them).
+off), emit_warps (per program of the kernel that finds them) and union_tiles (the tiles whose candidates the
+selection gathers per step).
 For every (batch, vocab, K) cell it times, as CUDA-graph replays (CUDA events; host clock on a CPU): the fused
 default ("auto") and every (tile, chunks, warps) launch, then the radix default, every radix (tile, chunks,
 warps) launch with the default group, every (group, select_warps) and every (block, log_bins) launch with the
@@ -46,7 +47,7 @@ from ddbench.kernel_bench import launch_label, parse_ints, parse_launches, settl
 
 LENGTH = 16
 PARAMS = ("tile", "chunks", "warps", "group", "super_group", "select_warps", "block", "gather", "log_bins",
-          "scan_registers", "select_registers", "tiled", "emit", "emit_warps")
+          "scan_registers", "select_registers", "tiled", "emit", "emit_warps", "union_tiles")
 COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "equal", "settled", "note")
 PHASE_COLUMNS = ("batch", "vocab", "k", "launch", "phase", "us")
 BEST_COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "auto_us", "fused_auto_us")

@@ -132,7 +132,8 @@ def test_build_with_a_fine_bound_equals_reference():
         topk = draft_topk(logits.to(DEVICE), min(max_budget, vocab), impl="reference")
         budgets = torch.tensor([rng.randint(1, max_budget) for _ in range(batch)], device=DEVICE)
         launch = {"FINE_BITS": rng.choice([2, 8]), "HIST_BINS": rng.choice([4, 256]),
-                  "SORT_SURVIVORS": rng.random() < 0.5, "FCH": rng.choice([0, 8, 64, 1024])}  # fmt: skip
+                  "SORT_SURVIVORS": rng.random() < 0.5, "FCH": rng.choice([0, 8, 16, 64, 1024]),
+                  "CUT": rng.random() < 0.7}  # fmt: skip
         ref = build_tree_from_topk(topk, budgets, max_budget=max_budget, impl="reference")
         assert_same(tree_build.build_tree_from_topk(topk, budgets, length, max_budget, launch=launch), ref)
 
@@ -177,6 +178,9 @@ def test_build_holding_the_chain_equals_reference():
         {"SORT_SURVIVORS": False},
         {"FCH": 0},
         {"FCH": 16},
+        {"FCH": 16, "CUT": False},
+        {"FCH": 16, "FINE_BITS": 1},
+        {"FCH": 32, "FINE_BITS": 0, "HIST_BINS": 2},
         {"FCH": 512},
     ],
 )
@@ -185,7 +189,9 @@ def test_build_launch_overrides_keep_the_trees(launch):
     ends at 2**31), other radix digits, one warp, small blocks (many loop steps), counted ranks (the
     order above N = 1024) instead of the sort, the bound's bucket split by 0-8 more bits (FINE_BITS), a
     level's survivors selected instead of sorted once (SORT_SURVIVORS off), the final nodes selected and ranked
-    (FCH 0), sorted when the pool holds at most 16 (some requests) or 512 (above the default, 256 at N = 40)."""
+    (FCH 0), sorted when the pool holds at most 16 (some requests) or 512 (above the default, 256 at N = 40), or
+    its part below the last bound does (CUT: the 16 or 32 there; a cut of a 2-bucket or a 1-bit split's bound
+    holds too many)."""
     from ddtree_core.kernels import tree_build
 
     generator = torch.Generator().manual_seed(3)
@@ -375,6 +381,37 @@ def test_mask_equals_reference(budgets, max_depth):
     assert torch.equal(out.mask, mask.ancestor_mask(tree, impl="reference"))
     assert torch.equal(out.positions, encoding.positions(tree, roots))
     assert torch.equal(tree_mask.ancestor_mask(tree), out.mask)
+
+
+@pytest.mark.parametrize("launch", [{"ROWS": 1, "COLS": 16, "num_warps": 1}, {"ROWS": 8, "COLS": 64}, {"ROWS": 128}])
+def test_mask_launch_overrides_keep_the_mask(launch):
+    """Rows per program (one to more than the tree), columns per store and warps change the speed only."""
+    from ddtree_core.kernels import tree_mask
+
+    generator = torch.Generator().manual_seed(5)
+    logits = make_logits("peaked", 2, 6, 100, generator).to(DEVICE)
+    tree = build_tree(logits, torch.tensor([40, 9], device=DEVICE), impl="reference")
+    roots = torch.tensor([3, 70], device=DEVICE)
+    out = tree_mask.tree_mask(tree, roots, launch=launch)
+    assert torch.equal(out.mask, mask.ancestor_mask(tree, impl="reference"))
+    assert torch.equal(out.positions, encoding.positions(tree, roots))
+    for bad in ({"ROWS": 3}, {"rows": 8}, {"num_warps": True}, {"ROWS": 2, "num_warps": 4}):
+        with pytest.raises(ValueError, match="ROWS|unknown|num_warps"):
+            tree_mask.tree_mask(tree, roots, launch=bad)
+
+
+def test_pdl_is_off_where_it_cannot_run(monkeypatch):
+    """Programmatic dependent launch: never on a CPU or under the interpreter (no PTX runs there), and
+    DDTREE_PDL=0 turns it off on CUDA too; off, the kernels' PDL flag is False and no launch_pdl is passed."""
+    from ddtree_core.kernels import pdl
+
+    assert pdl.options(torch.device("cpu")) == {"PDL": False}
+    if torch.cuda.is_available():
+        monkeypatch.setenv("DDTREE_PDL", "0")
+        assert pdl.options(torch.device("cuda")) == {"PDL": False}
+        monkeypatch.setenv("DDTREE_PDL", "1")
+        on = torch.cuda.get_device_capability()[0] >= 9
+        assert pdl.options(torch.device("cuda")) == ({"PDL": True, "launch_pdl": True} if on else {"PDL": False})
 
 
 def test_kernel_bench_smoke(tmp_path):

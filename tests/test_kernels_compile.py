@@ -57,9 +57,11 @@ def profiled_build(arch: int) -> None:
                 "clock_ptr": "*i64"}  # fmt: skip
     launch = tree_build._launch_config(256, 1570, False)
     warps = launch.pop("num_warps")
-    compiled = compile_for(tree_build._build_kernel, arch, pointers, launch | {"HOLD": 0, "PROFILE": True}, warps)
+    compiled = compile_for(tree_build._build_kernel, arch, pointers, launch | {"HOLD": 0, "PROFILE": True, "PDL": True},
+                           warps)  # fmt: skip
     ptx = compiled.asm["ptx"]
     assert "%globaltimer" in ptx and "%clock64" in ptx
+    assert "griddepcontrol.launch_dependents" in ptx and "griddepcontrol.wait" in ptx  # pdl.py
     counting = compile_for(tree_build._build_kernel, arch, pointers, launch | {"HOLD": 1, "SORT_RANKS": False}, warps)
     assert counting.asm["cubin"]
     fine = compile_for(tree_build._build_kernel, arch, pointers,
@@ -84,8 +86,8 @@ def radix_topk(arch: int) -> None:
     )
     assert "ex2.approx.ftz.f32" in scan.asm["ptx"]
     # the tiles' candidates at one request's K = 256
-    emit = {"TILE": 2048, "G": 32, "EMIT": 14, "NG": 16, "CAP": 64, "DIVIDE": False}
-    assert compile_for(topk_radix._emit_kernel, arch, EMIT_POINTERS, emit, warps=1).asm["cubin"]
+    emit = {"TILE": 2048, "G": 32, "EMIT": 14, "NG": 16, "CAP": 64, "DIVIDE": False, "PDL": True}
+    assert "griddepcontrol.wait" in compile_for(topk_radix._emit_kernel, arch, EMIT_POINTERS, emit, warps=1).asm["ptx"]
     union = compile_for(
         topk_radix._select_kernel, arch, SELECT_POINTERS,
         {"G": 32, "S": 4, "GATHER": 8192, "CP": 32, "GBLOCK": 1024, "SBLOCK": 1024, "LBLOCK": 1024, "CBLOCK": 512,

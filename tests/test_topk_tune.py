@@ -17,25 +17,28 @@ def test_sweep_checks_every_launch_of_both_kernels_against_the_fused_default(tmp
                          warp_counts=[4, 2], groups=[8, 16], select_warps=[4], blocks=[64], log_bins=[8],
                          gathers=[32], registers=[64],
                          extra=[{"select_warps": 2, "group": 16, "super_group": 2, "tiled": 1},
-                                {"emit": 4, "emit_warps": 2}])  # fmt: skip
+                                {"emit": 4, "emit_warps": 2, "union_tiles": 2}])  # fmt: skip
     a = "auto"
     assert [(r["method"], *(r[p] for p in topk_tune.PARAMS)) for r in rows] == [
-        ("fused", a, a, a, "", "", "", "", "", "", "", "", "", "", ""),
-        ("fused", 64, 1, 4, "", "", "", "", "", "", "", "", "", "", ""),
-        ("fused", 64, 1, 2, "", "", "", "", "", "", "", "", "", "", ""),
-        ("fused", 64, 2, 4, "", "", "", "", "", "", "", "", "", "", ""),
-        ("fused", 64, 2, 2, "", "", "", "", "", "", "", "", "", "", ""),
-        ("radix", a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        ("radix-scan", a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        ("radix", 64, 1, 4, a, a, a, a, a, a, a, a, a, a, a), ("radix", 64, 1, 2, a, a, a, a, a, a, a, a, a, a, a),
-        ("radix", 64, 2, 4, a, a, a, a, a, a, a, a, a, a, a), ("radix", 64, 2, 2, a, a, a, a, a, a, a, a, a, a, a),
-        ("radix", a, a, a, 8, a, 4, a, a, a, a, a, a, a, a), ("radix", a, a, a, 16, a, 4, a, a, a, a, a, a, a, a),
-        ("radix", a, a, a, a, a, a, 64, a, 8, a, a, a, a, a),
-        ("radix", a, a, a, a, a, a, a, 32, a, a, a, a, a, a),
-        ("radix", a, a, a, a, a, a, a, a, a, 64, a, a, a, a), ("radix", a, a, a, a, a, a, a, a, a, a, 64, a, a, a),
-        ("radix", a, a, a, a, a, a, a, a, a, 64, 64, a, a, a),
-        ("radix", a, a, a, 16, 2, 2, a, a, a, a, a, 1, a, a),
-        ("radix", a, a, a, a, a, a, a, a, a, a, a, a, 4, 2),
+        ("fused", a, a, a, "", "", "", "", "", "", "", "", "", "", "", ""),
+        ("fused", 64, 1, 4, "", "", "", "", "", "", "", "", "", "", "", ""),
+        ("fused", 64, 1, 2, "", "", "", "", "", "", "", "", "", "", "", ""),
+        ("fused", 64, 2, 4, "", "", "", "", "", "", "", "", "", "", "", ""),
+        ("fused", 64, 2, 2, "", "", "", "", "", "", "", "", "", "", "", ""),
+        ("radix", a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        ("radix-scan", a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        ("radix", 64, 1, 4, a, a, a, a, a, a, a, a, a, a, a, a),
+        ("radix", 64, 1, 2, a, a, a, a, a, a, a, a, a, a, a, a),
+        ("radix", 64, 2, 4, a, a, a, a, a, a, a, a, a, a, a, a),
+        ("radix", 64, 2, 2, a, a, a, a, a, a, a, a, a, a, a, a),
+        ("radix", a, a, a, 8, a, 4, a, a, a, a, a, a, a, a, a), ("radix", a, a, a, 16, a, 4, a, a, a, a, a, a, a, a, a),
+        ("radix", a, a, a, a, a, a, 64, a, 8, a, a, a, a, a, a),
+        ("radix", a, a, a, a, a, a, a, 32, a, a, a, a, a, a, a),
+        ("radix", a, a, a, a, a, a, a, a, a, 64, a, a, a, a, a),
+        ("radix", a, a, a, a, a, a, a, a, a, a, 64, a, a, a, a),
+        ("radix", a, a, a, a, a, a, a, a, a, 64, 64, a, a, a, a),
+        ("radix", a, a, a, 16, 2, 2, a, a, a, a, a, 1, a, a, a),
+        ("radix", a, a, a, a, a, a, a, a, a, a, a, a, 4, 2, 2),
     ]  # fmt: skip
     assert all(r["equal"] is True and r["us"] > 0 for r in rows), [r["note"] for r in rows]
     assert [r["settled"] for r in rows if r.get("emit") == 4] == [1.0]  # 2 rows, both settled by the union
@@ -67,7 +70,7 @@ def test_parse_launches():
 def test_best_ignores_unequal_or_failed_launches():
     def row(method, tile, chunks, warps, group, us, equal):
         radix_params = ("super_group", "select_warps", "block", "gather", "log_bins", "scan_registers",
-                        "select_registers", "tiled", "emit", "emit_warps")
+                        "select_registers", "tiled", "emit", "emit_warps", "union_tiles")
         radix = {p: "" if group == "" else "auto" for p in radix_params}
         return {"method": method, "batch": 1, "vocab": 9, "k": 2, "tile": tile, "chunks": chunks, "warps": warps,
                 "group": group, **radix, "us": us, "equal": equal}  # fmt: skip
@@ -83,13 +86,14 @@ def test_best_ignores_unequal_or_failed_launches():
     assert topk_tune.best_rows(rows) == [
         {"method": "fused", "batch": 1, "vocab": 9, "k": 2, "tile": 128, "chunks": 1, "warps": 8, "group": "",
          "super_group": "", "select_warps": "", "block": "", "gather": "", "log_bins": "", "scan_registers": "",
-         "select_registers": "", "tiled": "", "emit": "", "emit_warps": "",
+         "select_registers": "", "tiled": "", "emit": "", "emit_warps": "", "union_tiles": "",
          "us": 3.0, "auto_us": 5.0,
          "fused_auto_us": 5.0},
         {"method": "radix", "batch": 1, "vocab": 9, "k": 2, "tile": "auto", "chunks": "auto", "warps": "auto",
          "group": 32, "super_group": "auto",
          "select_warps": "auto", "block": "auto", "gather": "auto", "log_bins": "auto",
          "scan_registers": "auto", "select_registers": "auto", "tiled": "auto", "emit": "auto", "emit_warps": "auto",
+         "union_tiles": "auto",
          "us": 2.0,
          "auto_us": 4.0, "fused_auto_us": 5.0},
     ]  # fmt: skip

@@ -19,6 +19,8 @@
   `sglang.rounds.draft_block_inputs` / `verify_batch(impl="torch")`, equal).
 - `kv_move.move_path_kv`: the accepted path's KV rows into place in every buffer of a slot-row pool
   (equal to `kv.apply_plan` of the compaction plan).
+- `pdl`: programmatic dependent launch for the round's kernels (Hopper and later; DDTREE_PDL=0 turns it off):
+  each kernel may be scheduled while the one before it finishes, and waits for it before reading.
 - `clock`: phase stamps inside a program (the SM's cycle counter, CUDA only) for the build and the top-K's
   selection (`build_tree_from_topk(clock=)`, `topk_radix.draft_topk(clock=)`; ddbench's build_tune and
   topk_tune write them as phases.csv).

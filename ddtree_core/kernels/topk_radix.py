@@ -47,7 +47,9 @@ floor, one streaming pass instead of the second selection, 31.5 against 29.6 us 
 151.6 against 146.5 at 1,024 rows, K = 64; ranking the final list by one sort of all of it, 29.3 / 148.2.
 And in results/kernels/h200-2026-11-30g: the tiles' candidates found inside kernel 1 (a whole-tile compaction,
 the floor by radix passes or by a [groups, groups] count), 56.5 and 30.5 us for the call against 29.9 at 16
-rows, K = 256: dozens of barriers a tile, and registers that left fewer programs resident.)
+rows, K = 256: dozens of barriers a tile, and registers that left fewer programs resident. And in
+results/kernels/h200-2026-11-30h: the union's candidates gathered from 64 or all 128 tiles' slots a step
+instead of 32 (`union_tiles`), 23.5 and 23.4 us against 22.7.)
 
 The K best super-groups hold the K best groups for the reason the K best groups hold the K best tokens
 (below, one level up: a super-group's key is its best group's, and super-groups, like groups, are
@@ -78,7 +80,6 @@ the float32 reciprocal on CUDA), in both kernels, so that values are bit-equal a
 from __future__ import annotations
 
 import math
-import os
 from typing import NamedTuple
 
 import numpy as np
@@ -87,6 +88,8 @@ import triton
 import triton.language as tl
 
 from ddtree_core.kernels.clock import check_clock, phase_times, stamp
+from ddtree_core.kernels.pdl import interpreted, let_next_start, wait_for_inputs
+from ddtree_core.kernels.pdl import options as pdl_options
 from ddtree_core.kernels.topk import (
     _FLT_MAX,
     _NINF_KEY,
@@ -174,6 +177,7 @@ def _emit_kernel(
     NG: tl.constexpr,  # next_pow2(EMIT): the most groups read back
     CAP: tl.constexpr,  # candidate slots per tile
     DIVIDE: tl.constexpr,  # as for _scan_kernel
+    PDL: tl.constexpr = False,  # as for _scan_kernel
 ):
     """One (row, tile): the tile's floor and its candidates, every token whose key reaches the floor.
 
@@ -182,6 +186,7 @@ def _emit_kernel(
     are candidates, and `_union_best` checks that it lies low enough. The candidates all lie in the groups
     whose key reaches the floor, at most NG of them, read back as [NG, G] in group order (so the candidates
     come in id order): two sorts of the tile's group keys, no per-token work on the rest of the tile."""
+    wait_for_inputs(PDL)
     row = tl.program_id(0)
     tile = tl.program_id(1)
     GT: tl.constexpr = TILE // G
@@ -204,6 +209,7 @@ def _emit_kernel(
     tl.store(seg_ptr + slot * CAP + place, tl.reshape(_entry(key, ids), [NG * G]), mask=(live == 1) & (place < CAP))
     tl.store(count_ptr + slot, tl.sum(live, 0))
     tl.store(floor_ptr + slot, floor)
+    let_next_start(PDL)
 
 
 @triton.jit
@@ -237,9 +243,11 @@ def _scan_kernel(
     DIVIDE: tl.constexpr,  # scale by division (torch on the CPU), else by the reciprocal (CUDA)
     FAST: tl.constexpr,  # exp by ex2.approx.ftz (CUDA), else tl.exp
     SB: tl.constexpr = 128,  # super-group keys per step of the chunk's super-group pass
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (pdl.py)
 ):
     """Kernel 1's work for one (row, chunk): the chunk's group and super-group keys and its (max, exp-sum)
     pair."""
+    wait_for_inputs(PDL)
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     GT: tl.constexpr = TILE // G
@@ -274,6 +282,7 @@ def _scan_kernel(
     chunk_max = tl.max(m, 0)
     tl.store(stat_ptr + program * 2, chunk_max)
     tl.store(stat_ptr + program * 2 + 1, tl.sum(s * tl.exp(m - chunk_max), 0))
+    let_next_start(PDL)
 
 
 @triton.jit(do_not_specialize=["vocab", "n_groups", "chunks", "k", "soft", "cand_stride", "n_tiles"])
@@ -319,8 +328,10 @@ def _select_kernel(
     TP: tl.constexpr = 1,  # next_pow2(n_tiles) (EMIT)
     TB: tl.constexpr = 1,  # tiles per step of the union's compaction (EMIT)
     UBLOCK: tl.constexpr = 1,  # entries per block of the union's selection (EMIT)
+    PDL: tl.constexpr = False,  # as for _scan_kernel
 ):
     """Kernel 2's work for one row (see the module docstring)."""
+    wait_for_inputs(PDL)
     row = tl.program_id(0)
     clock_row = clock_ptr + row * _SELECT_SLOTS
     stamp(clock_row, 0, PROFILE, True)
@@ -387,6 +398,7 @@ def _select_kernel(
         stamp(clock_row, 8, PROFILE)
     stamp(clock_row, 9, PROFILE)
     stamp(clock_row, 10, PROFILE, True)
+    let_next_start(PDL)
 
 
 @triton.jit
@@ -521,6 +533,7 @@ def draft_topk(
     tiled: bool = False,
     emit: int | None = None,
     emit_warps: int = 1,
+    union_tiles: int | None = None,
     clock: torch.Tensor | None = None,
     settled: torch.Tensor | None = None,
 ) -> DraftTopK:
@@ -541,7 +554,8 @@ def draft_topk(
     instead of a flat run of tokens; emit: > 0, a third kernel (`_emit_kernel`) keeps each tile's tokens that
     reach the emit-th best of its group maxima, and the selection first tries the union of those
     (`_union_best`), falling back to the groups when it cannot be sure of it (None: `_emit_need` where
-    `_emit_pays`, else 0; 0: off); emit_warps: per program of that kernel (a power of two).
+    `_emit_pays`, else 0; 0: off); emit_warps: per program of that kernel (a power of two); union_tiles: the tiles
+    whose candidates the union gathers per step (a power of two; None: as many as fill 2,048 slots).
     They change only the speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph
     capturable.
     clock: an int64 CUDA tensor [rows, SELECT_SLOTS] that receives kernel 2's phase stamps, one
@@ -565,8 +579,9 @@ def draft_topk(
         raise ValueError(f"tile ({tile}) must be at least group x super_group ({group} x {super_group or 1})")
     if emit is not None and emit < 0:
         raise ValueError(f"emit must be >= 0 (0: off), got {emit}")
-    if emit_warps < 1 or emit_warps & (emit_warps - 1):
-        raise ValueError(f"emit_warps must be a power of two, got {emit_warps}")
+    for name, value in (("emit_warps", emit_warps), ("union_tiles", union_tiles or 1)):
+        if value < 1 or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two, got {value}")
     if k > MAX_K:
         from ddtree_core import batched
 
@@ -580,7 +595,7 @@ def draft_topk(
         if emit > tile_groups:
             raise ValueError(f"emit ({emit}) must be at most the groups of a tile ({tile_groups})")
         launch = _Launch(warps, select_warps or auto_warps, block or _BLOCK, gather or auto_gather, log_bins,
-                         scan_registers, select_registers, tiled, emit, emit_warps)  # fmt: skip
+                         scan_registers, select_registers, tiled, emit, emit_warps, union_tiles)  # fmt: skip
         if clock is not None:
             check_clock(clock, rows.shape[0], SELECT_SLOTS)
         if settled is not None and (settled.shape != (rows.shape[0],) or settled.dtype != torch.int32
@@ -663,12 +678,6 @@ def _emit_need(k: int, tiles: int, tile_groups: int) -> int:
     return max(1, min(tile_groups, math.ceil(lam + 5 * math.sqrt(lam))))
 
 
-def _interpreted() -> bool:
-    """Whether Triton runs kernels under its interpreter, which runs no PTX (the inline ex2)."""
-    knobs = getattr(triton, "knobs", None)  # Triton >= 3.4; before, the variable itself
-    return knobs.runtime.interpret if knobs is not None else os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
 def group_maxima(logits: torch.Tensor, k: int, draft_temperature: float) -> torch.Tensor:
     """Kernel 1 alone, launched as `draft_topk` launches it: each group's largest key [rows, ceil(V / G)]
     (int32, topk.py's order key). ddbench.topk_tune times it to split a call's time between the two kernels."""
@@ -692,6 +701,7 @@ class _Launch(NamedTuple):
     tiled: bool = False  # read back [groups, G] tiles (_gather_tiles)
     emit: int = 0  # the tiles' candidates first: each tile's floor, the emit-th best of its group keys (0: off)
     emit_warps: int = 1  # per program of the tiles' candidates (_emit_kernel)
+    union_tiles: int | None = None  # tiles gathered per step of the union (None: 2,048 slots' worth)
 
 
 def select_phase_times(clock: torch.Tensor) -> dict[str, float]:
@@ -703,7 +713,7 @@ def _launch(
     rows, k, draft_temperature, plan, launch: _Launch, log_probs, token_ids, select=True, clock=None, settled=None
 ):
     tile, chunk_len, chunks, group, span = plan
-    warps, select_warps, block, gather, log_bins, scan_registers, select_registers, tiled, emit, emit_warps = launch
+    warps, select_warps, block, gather, log_bins, scan_registers, select_registers, tiled, emit, emit_warps, _ = launch
     num_rows, vocab = rows.shape
     device = rows.device
     n_groups = triton.cdiv(vocab, group)
@@ -724,8 +734,8 @@ def _launch(
     scale = float(np.float32(draft_temperature)) if divide else float(np.float32(1) / np.float32(draft_temperature))
     _scan_kernel[(num_rows, chunks)](
         rows, rows.stride(0), vocab, chunk_len, scale, groups, n_groups, supers, n_supers, stats,
-        TILE=tile, G=group, S=span, DIVIDE=divide, FAST=not divide and not _interpreted(), num_warps=warps,
-        **_register_cap(scan_registers),
+        TILE=tile, G=group, S=span, DIVIDE=divide, FAST=not divide and not interpreted(), num_warps=warps,
+        **_register_cap(scan_registers), **pdl_options(device),
     )  # fmt: skip
     if not select:
         return groups
@@ -733,7 +743,7 @@ def _launch(
         _emit_kernel[(num_rows, n_tiles)](
             rows, rows.stride(0), vocab, scale, groups, n_groups, seg, counts, floors, n_tiles,
             TILE=tile, G=group, EMIT=emit, NG=triton.next_power_of_2(emit), CAP=cap, DIVIDE=divide,
-            num_warps=emit_warps,
+            num_warps=emit_warps, **pdl_options(device),
         )  # fmt: skip
     cand_stride = max(soft + gather, n_tiles * cap if emit else 0)
     tiles_pad = triton.next_power_of_2(n_tiles)
@@ -747,9 +757,9 @@ def _launch(
         SBLOCK=min(block, triton.next_power_of_2(n_supers)), LBLOCK=min(block, triton.next_power_of_2(k * span)),
         CBLOCK=triton.next_power_of_2(soft), LOG_BINS=log_bins,
         KP=triton.next_power_of_2(k), DIVIDE=divide, TILED=bool(tiled), PROFILE=clock is not None,
-        EMIT=bool(emit), CAP=cap, TP=tiles_pad, TB=min(tiles_pad, 2048 // cap),
+        EMIT=bool(emit), CAP=cap, TP=tiles_pad, TB=min(tiles_pad, launch.union_tiles or 2048 // cap),
         UBLOCK=min(2048, triton.next_power_of_2(n_tiles * cap)), num_warps=select_warps,
-        **_register_cap(select_registers),
+        **_register_cap(select_registers), **pdl_options(device),
     )  # fmt: skip
     return groups
 

@@ -25,7 +25,7 @@ nodes of depth d, with b the request's budget:
   4. bound: a histogram of every kept key by its top bits (256 or 2048 buckets) gives the bucket where the
      kept count reaches b; keys beyond it are beaten by b kept nodes, and so are their children
      (a child's key is never smaller than its parent's), so the bound also cuts the parents of the
-     next level to a prefix of this one. FINE_BITS (8 by default; 0: off) splits that bucket by the keys'
+     next level to a prefix of this one. FINE_BITS (6 by default; 0: off) splits that bucket by the keys'
      next bits (`_fine_bound`): a tighter bound, for one more pass over the kept keys whenever the bucket
      moves, so that fewer candidates survive to the next level.
 Holding the chain (tree.py), a request's keys are 0 on the pairs (0, 0) of finite score, the chain, and
@@ -33,7 +33,15 @@ bits(-score) + 1 elsewhere, as in batched.py; keys stay below INT32_MAX and a ch
 never smaller than its parent's, so steps 1-4 are unchanged.
 After the last level (or the first that keeps nothing) the b smallest pool keys, ties in pool order,
 are selected and ranked the same way: rank + 1 is the node index in pop order; a pool of at most FCH
-(min(512, 4 * PCH) by default; 0: never) is sorted once instead (`_rank_pool_sorted`).
+(min(512, 4 * PCH) by default; 0: never) is sorted once instead (`_rank_sorted`). A larger pool (CUT, on by
+default) is first cut to its keys below the last level's bound (`_compact_below`), which hold the b smallest
+(at least b kept keys lie below it); when at most FCH remain (with FINE_BITS' bound, about b), they are
+sorted once the same way. On an H200 (results/kernels/h200-2026-11-30h, batch 1, budget 256, a pool above
+FCH = 512) the cut took the final selection from 7.3 us (radix passes over the pool, then a sort of 256) to 4.9
+(one compaction, a sort of 512), the build from 26.8 to 25.5 us. (Tried there and dropped: cutting exactly b,
+the b-th key's fine bucket ranked by a [64, 64] compare so that a sort of 256 would do, 6.2 us; an expand
+that counted its pairs and checked the order of its survivors in registers (a running-maximum scan) instead
+of two loads and a pass, 0.5-1.1 us slower a level.)
 On an H200 (results/kernels/h200-2026-11-30f) the three sorts and the finer bound took the build of the
 kernel benchmark's drafts from 33.3 to 26.9 us at batch 1, budget 256, and from 34.0 to 22.1 at batch 64,
 budget 64: level 1's radix selection (8.9 and 4.1 us a program) gives way to one sort of its survivors,
@@ -61,6 +69,8 @@ import triton.language as tl
 from ddtree_core.kernels.clock import check_clock
 from ddtree_core.kernels.clock import phase_times as clock_times
 from ddtree_core.kernels.clock import stamp as _stamp
+from ddtree_core.kernels.pdl import let_next_start, wait_for_inputs
+from ddtree_core.kernels.pdl import options as pdl_options
 from ddtree_core.kernels.radix import min_max, pick_digit
 from ddtree_core.tree import TRITON_NODE_LIMIT, DraftTopK, DraftTree
 
@@ -419,16 +429,34 @@ def _select_and_rank(
 
 
 @triton.jit
-def _rank_pool_sorted(pool_key, total, n_nodes, node_of, inv, FCH: tl.constexpr):
-    """The final nodes of a pool of at most FCH: one sort of (key, pool index) over pool[1:] puts them in pop
-    order, so its first n_nodes are the b smallest keys with ties in pool order (what the radix selection
-    keeps) and their places are their ranks; node_of and inv as `_select_and_rank` writes them."""
+def _rank_sorted(key, idx, n_nodes, node_of, inv, FCH: tl.constexpr):
+    """The final nodes from FCH (key, pool index) pairs that hold them (the rest padded with INT32_MAX): one sort
+    puts them in pop order, so its first n_nodes are the b smallest keys with ties in pool order (what the radix
+    selection keeps) and their places are their ranks; node_of and inv as `_select_and_rank` writes them."""
+    key, idx = _sort_pairs(key, idx)
     offs = tl.arange(0, FCH)
-    m = offs < total
-    key, idx = _sort_pairs(tl.load(pool_key + 1 + offs, mask=m, other=_I32_MAX), tl.where(m, offs + 1, _I32_MAX))
     keep = offs < n_nodes
     tl.store(node_of + idx, offs + 1, mask=keep)
     tl.store(inv + offs, idx, mask=keep)
+
+
+@triton.jit
+def _compact_below(pool_key, total, bound, dst_key, dst_idx, cap, CHUNK: tl.constexpr):
+    """Copy the pool[1:] entries whose key is < bound, in pool order, as (key, pool index) to dst, at most cap
+    of them; returns how many there are (stored or not)."""
+    offs = tl.arange(0, CHUNK)
+    n_sel = total * 0
+    c0 = total * 0
+    while c0 < total:
+        j = c0 + offs
+        key = tl.load(pool_key + 1 + j, mask=j < total, other=_I32_MAX)
+        sel = (j < total) & (key < bound)
+        pos = n_sel + tl.cumsum(sel.to(tl.int32), 0) - 1
+        tl.store(dst_key + pos, key, mask=sel & (pos < cap))
+        tl.store(dst_idx + pos, j + 1, mask=sel & (pos < cap))
+        n_sel += tl.sum(sel.to(tl.int32), 0)
+        c0 += CHUNK
+    return n_sel
 
 
 @triton.jit(do_not_specialize=["budget", "max_depth", "n_max", "n_pairs", "pool_size"])
@@ -470,8 +498,11 @@ def _build_kernel(
     # (_launch_config turns FINE_BITS, SORT_SURVIVORS and FCH on; these defaults are the plain build)
     SCH: tl.constexpr = 16,  # survivors sorted at once when SORT_SURVIVORS (a power of two)
     FCH: tl.constexpr = 0,  # a pool of at most FCH nodes is selected and ranked by one sort (0: never)
+    CUT: tl.constexpr = False,  # a larger pool: its nodes below the last bound, when at most FCH, by that sort
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (pdl.py)
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     pid = tl.program_id(0)
     zero = pid * 0
     clock_row = clock_ptr + pid * (4 * max_depth + 6)
@@ -561,9 +592,21 @@ def _build_kernel(
     total = pool_n - 1
     n_nodes = tl.minimum(total, b)
     FB: tl.constexpr = FCH if FCH > 0 else 1  # the sort's block (FCH = 0 never sorts, but compiles the call)
+    fb = tl.arange(0, FB)
+    cut = total + 1  # the nodes below the last bound, once counted (CUT): more than the pool, none counted
+    if CUT & (FCH > 0) & (total > FCH):  # every final node lies below the bound (b kept keys do)
+        cut = _compact_below(pool_key, total, bound, cand_key, cand_pk, tl.minimum(n_pairs, FCH), CHUNK)
+        tl.debug_barrier()
     if (FCH > 0) & (total <= FCH):
         _stamp(clock_row, 2 + 4 * max_depth, PROFILE)
-        _rank_pool_sorted(pool_key, total, n_nodes, node_of, inv, FB)
+        pooled = fb < total
+        key = tl.load(pool_key + 1 + fb, mask=pooled, other=_I32_MAX)
+        _rank_sorted(key, tl.where(pooled, fb + 1, _I32_MAX), n_nodes, node_of, inv, FB)
+    elif cut <= tl.minimum(n_pairs, FCH):
+        _stamp(clock_row, 2 + 4 * max_depth, PROFILE)
+        below = fb < cut
+        key = tl.load(cand_key + fb, mask=below, other=_I32_MAX)
+        _rank_sorted(key, tl.load(cand_pk + fb, mask=below, other=_I32_MAX), n_nodes, node_of, inv, FB)
     else:
         _select_and_rank(pool_key, pool_pk, pool_score, total, n_nodes, b, comp_key, cand_pk, comp_score, node_of, inv,
                          clock_row, 2 + 4 * max_depth, CHUNK, LOG_BINS, PCH, QCH, SORT_RANKS, PROFILE)  # fmt: skip
@@ -578,6 +621,7 @@ def _build_kernel(
     tl.store(cnt_out + pid, n_nodes.to(tl.int64))
     _stamp(clock_row, 4 + 4 * max_depth, PROFILE)
     _stamp(clock_row, 5 + 4 * max_depth, PROFILE, True)
+    let_next_start(PDL)
 
 
 def clock_slots(max_depth: int) -> int:
@@ -635,7 +679,7 @@ def build_tree_from_topk(
         tree.num_nodes if clock is None else clock, *log_probs.stride(), *token_ids.stride(), max_depth, n,
         pairs.numel(), pool_size,
         HOLD=2 if per_request_hold else int(hold_chain), PROFILE=clock is not None,
-        **_launch_config(n, pairs.numel(), per_request, launch),
+        **_launch_config(n, pairs.numel(), per_request, launch), **pdl_options(device),
     )  # fmt: skip
     return tree
 
@@ -667,6 +711,7 @@ LAUNCH_KEYS = (
     "FINE_BITS",
     "SORT_SURVIVORS",
     "FCH",
+    "CUT",
 )  # the overrides `build_tree_from_topk(launch=)` takes
 
 
@@ -685,7 +730,9 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     FINE_BITS 8, SORT_SURVIVORS and FCH = min(512, 4 * PCH), against none of them, on the kernel benchmark's
     drafts (results/kernels/h200-2026-11-30f): 26.9 against 33.3 us at batch 1, budget 256 (FCH 0 / 256 /
     1,024 there: 26.8 / 26.7 / 28.9; FINE_BITS 4 / 6: 27.8 / 25.8); 22.1 against 34.0 at batch 64, budget 64
-    (FCH 0 / 128: 24.8 / 24.2; FINE_BITS 6, in another run: 19.9 against 21.7).
+    (FCH 0 / 128: 24.8 / 24.2; FINE_BITS 6, in another run: 19.9 against 21.7). FINE_BITS 6 since
+    results/kernels/h200-2026-11-30h (batch 1, budget 256: 24.6 against 25.5 us, and 24.7 against 25.7 in
+    another call, with CUT); CUT on there (25.5 against 26.8 us with FINE_BITS 8, 24.7 against 25.7 with 6).
     """
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
@@ -703,10 +750,11 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "HIST_SHIFT": 31 - (hist_bins.bit_length() - 1),  # keys < 2**31: bucket = key >> HIST_SHIFT
         "num_warps": 4 if n <= 128 else 8,
         "SORT_RANKS": n <= pch,
-        "FINE_BITS": 8,
+        "FINE_BITS": 6,
         "SORT_SURVIVORS": True,
         "SCH": min(1024, 2 * pch),
         "FCH": min(512, 4 * pch),
+        "CUT": True,
     } | launch
 
 
@@ -716,7 +764,7 @@ def _checked(launch: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
     limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384}
-    for key in ("SORT_RANKS", "SORT_SURVIVORS"):
+    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT"):
         if not isinstance(launch.get(key, False), bool):
             raise ValueError(f"{key} must be a bool, got {launch[key]!r}")
     fine_bits = launch.get("FINE_BITS", 0)

@@ -12,7 +12,8 @@ worked example (root at position p):
                         i=3 d    1 1 . 1 .      p+2
                         i=4 b    1 . . . 1      p+1
 
-One program writes ROWS full rows of one request's mask. It loads the request's parents once and
+One program writes ROWS full rows of one request's mask (by default one row per program at one request,
+`_default_launch`). It loads the request's parents once and
 gathers the root paths of its rows in registers (at most max_depth steps, stopping once every path
 has reached the root); then column c of row r is set iff c is r's ancestor at distance
 depth(r) - depth(c), one gather per mask element. The mask is the only large output (B * (N+1)^2
@@ -28,6 +29,8 @@ import triton
 import triton.language as tl
 
 from ddtree_core.encoding import TreeShape
+from ddtree_core.kernels.pdl import let_next_start, wait_for_inputs
+from ddtree_core.kernels.pdl import options as pdl_options
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,9 @@ def _mask_kernel(
     COLS: tl.constexpr,  # mask columns per store
     CHAIN: tl.constexpr,  # next power of two >= max_depth + 1: the longest root path
     WITH_POSITIONS: tl.constexpr,  # also write positions
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (pdl.py)
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     pid_b = tl.program_id(0)
     rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < width
@@ -100,13 +105,15 @@ def _mask_kernel(
     if WITH_POSITIONS:
         position = tl.load(root_ptr + pid_b) + row_depth
         tl.store(pos_out + pid_b * width + rows, position, mask=row_ok)
+    let_next_start(PDL)
 
 
-def tree_mask(tree: TreeShape, root_positions: torch.Tensor) -> TreeMask:
-    """The ancestor mask and the verify positions of every node, in one launch; root_positions [B]."""
+def tree_mask(tree: TreeShape, root_positions: torch.Tensor, *, launch: dict | None = None) -> TreeMask:
+    """The ancestor mask and the verify positions of every node, in one launch; root_positions [B].
+    launch: overrides of the block sizes (LAUNCH_KEYS: ROWS, COLS, num_warps; the speed only)."""
     if root_positions.shape != (tree.parents.shape[0],):
         raise ValueError(f"root_positions must be [{tree.parents.shape[0]}], got {tuple(root_positions.shape)}")
-    return _launch(tree, root_positions.to(device=tree.parents.device, dtype=torch.int64))
+    return _launch(tree, root_positions.to(device=tree.parents.device, dtype=torch.int64), launch)
 
 
 def ancestor_mask(tree: TreeShape) -> torch.Tensor:
@@ -114,21 +121,48 @@ def ancestor_mask(tree: TreeShape) -> torch.Tensor:
     return _launch(tree, None).mask
 
 
-def _launch(tree: TreeShape, root_positions: torch.Tensor | None) -> TreeMask:
+LAUNCH_KEYS = ("ROWS", "COLS", "num_warps")  # the overrides `tree_mask(launch=)` takes, powers of two each
+
+
+def _launch(tree: TreeShape, root_positions: torch.Tensor | None, launch: dict | None = None) -> TreeMask:
     parents, depths = tree.parents.contiguous(), tree.depths.contiguous()
     batch, width = parents.shape
     device = parents.device
     mask = torch.empty((batch, width, width), dtype=torch.bool, device=device)
     positions = torch.empty((batch, width), dtype=torch.int64, device=device)
     w_pad = triton.next_power_of_2(width)
-    cols = min(256, max(16, w_pad))
-    rows = min(32, w_pad)
-    grid = (batch, triton.cdiv(width, rows))
+    config = _default_launch(batch, width) | _checked(launch or {})
+    if config["ROWS"] < config["num_warps"]:  # Triton 3.6 failed to lower the root paths' gather so (W_PAD 512)
+        raise ValueError(f"ROWS ({config['ROWS']}) must be at least num_warps ({config['num_warps']})")
+    grid = (batch, triton.cdiv(width, config["ROWS"]))
     if batch > 0:
         _mask_kernel[grid](
             parents, depths, positions if root_positions is None else root_positions, mask.view(torch.uint8),
             positions, parents.stride(0), depths.stride(0), width, tree.max_depth,
-            W_PAD=w_pad, ROWS=rows, COLS=cols, CHAIN=triton.next_power_of_2(tree.max_depth + 1),
-            WITH_POSITIONS=root_positions is not None, num_warps=4,
+            W_PAD=w_pad, CHAIN=triton.next_power_of_2(tree.max_depth + 1), WITH_POSITIONS=root_positions is not None,
+            **config, **pdl_options(device),
         )  # fmt: skip
     return TreeMask(mask=mask, positions=positions)
+
+
+def _default_launch(batch: int, width: int) -> dict:
+    """ROWS: the largest power of two up to batch * W / 512 (1 to 32), so that a launch has 512 to 1,024 programs
+    where it can; 1 warp for one row, 2 up to 8, else 4; COLS: 256 (at most W's next power of two). On an H200
+    (results/kernels/h200-2026-11-30h/call2/mask.csv) this was the fastest launch or within 0.1 us of it in each of 5
+    cells: 2.25 against 3.88 us (32 rows, 4 warps, the former launch) at 1 request, budget 256; 1.67 / 2.31 at 1,
+    64; 3.16 / 4.08 at 8, 256; 1.91 / 2.51 at 8, 64; 2.70 / 3.04 at 64, 64. One program per row lets 257
+    programs share the climbs up the root paths that one program of 32 rows made in turn."""
+    rows = min(32, 1 << max(0, (batch * width // 512).bit_length() - 1))
+    warps = 1 if rows == 1 else 2 if rows <= 8 else 4
+    return {"ROWS": rows, "COLS": min(256, max(16, triton.next_power_of_2(width))), "num_warps": warps}
+
+
+def _checked(launch: dict) -> dict:
+    """`launch`, refused (ValueError) unless its keys are LAUNCH_KEYS with power-of-two values (at most 1,024)."""
+    unknown = set(launch) - set(LAUNCH_KEYS)
+    if unknown:
+        raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
+    for key, value in launch.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1) or value > 1024:
+            raise ValueError(f"{key} must be a power of two in [1, 1024], got {value!r}")
+    return launch

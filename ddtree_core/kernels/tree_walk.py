@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ddtree_core.kernels.pdl import let_next_start, wait_for_inputs
+from ddtree_core.kernels.pdl import options as pdl_options
 from ddtree_core.tree import DraftTree
 from ddtree_core.verify import TreeWalk
 
@@ -59,7 +61,9 @@ def _walk_kernel(
     max_depth,  # int: D, the trees' depth limit
     W_PAD: tl.constexpr,  # next power of two >= W
     D_PAD: tl.constexpr,  # next power of two >= D + 1
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (pdl.py)
 ):  # fmt: skip
+    wait_for_inputs(PDL)
     pid = tl.program_id(0)
     accepted, n_accepted, current = walk_path(
         par_ptr + pid * s_pb, tok_ptr + pid * s_kb, tgt_ptr + pid * s_gb, width, max_depth, W_PAD, D_PAD
@@ -68,6 +72,7 @@ def _walk_kernel(
     tl.store(acc_out + pid * (max_depth + 1) + slot, accepted.to(tl.int64), mask=slot <= max_depth)
     tl.store(len_out + pid, n_accepted.to(tl.int64))
     tl.store(bonus_out + pid, tl.load(tgt_ptr + pid * s_gb + current))
+    let_next_start(PDL)
 
 
 def follow_tree(tree: DraftTree, target_tokens: torch.Tensor) -> TreeWalk:
@@ -88,5 +93,6 @@ def follow_tree(tree: DraftTree, target_tokens: torch.Tensor) -> TreeWalk:
             parents, tokens, target, accepted, accept_lens, bonus,
             parents.stride(0), tokens.stride(0), target.stride(0), width, depth,
             W_PAD=w_pad, D_PAD=triton.next_power_of_2(depth + 1), num_warps=4 if w_pad >= 512 else 1,
+            **pdl_options(device),
         )  # fmt: skip
     return TreeWalk(accepted=accepted, accept_lens=accept_lens, bonus=bonus)
