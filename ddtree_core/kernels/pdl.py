@@ -20,7 +20,7 @@ build programs sat waiting on SMs that the 1,200 one-warp emit programs needed.
 
 `options(device)` gives the launch arguments: PDL on (the kernels' PDL flag and Triton's launch_pdl) on CUDA
 devices of compute capability 9.0 and above, unless DDTREE_PDL=0 or the Triton interpreter runs (which runs no
-PTX); else off, where `wait_for_inputs` compiles to nothing.
+PTX); else off, where `wait_for_inputs` and `let_next_start` compile to nothing.
 """
 
 from __future__ import annotations

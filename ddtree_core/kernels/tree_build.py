@@ -443,7 +443,8 @@ def _rank_sorted(key, idx, n_nodes, node_of, inv, FCH: tl.constexpr):
 @triton.jit
 def _compact_below(pool_key, total, bound, dst_key, dst_idx, cap, CHUNK: tl.constexpr):
     """Copy the pool[1:] entries whose key is < bound, in pool order, as (key, pool index) to dst, at most cap
-    of them; returns how many there are (stored or not)."""
+    of them; returns how many there are (stored or not). `_compact_selected` with an empty tie range, but capped
+    (dst holds n_pairs entries, fewer than a pool can) and without its ties' running count."""
     offs = tl.arange(0, CHUNK)
     n_sel = total * 0
     c0 = total * 0
@@ -732,7 +733,8 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     1,024 there: 26.8 / 26.7 / 28.9; FINE_BITS 4 / 6: 27.8 / 25.8); 22.1 against 34.0 at batch 64, budget 64
     (FCH 0 / 128: 24.8 / 24.2; FINE_BITS 6, in another run: 19.9 against 21.7). FINE_BITS 6 since
     results/kernels/h200-2026-11-30h (batch 1, budget 256: 24.6 against 25.5 us, and 24.7 against 25.7 in
-    another call, with CUT); CUT on there (25.5 against 26.8 us with FINE_BITS 8, 24.7 against 25.7 with 6).
+    another call, with CUT); CUT on there (25.5 against 26.8 us with FINE_BITS 8 in one call; with 6, 24.7 in
+    call 2 against 25.7 with CUT=0 in call 4).
     """
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
