@@ -27,10 +27,10 @@ a launch with emit, the share of rows the tiles' candidates settled) and best.cs
 (per method and cell: the fastest launch with equal lists, that method's default, and the fused default), for
 tuning `topk._plan` / `topk_radix._plan` and choosing between them from data. On CUDA it also writes phases.csv:
 the radix default (and each --launch) once more with its selection program stamping the SM's cycle counter after
-each phase (logsumexp; compact: gathering the tiles' candidates, 0 without emit; union: their K best, checked
-and, where they settle the row, ranked and written; supers: choosing the K best super-groups, 0 without them;
-groups: the K best groups; gather: reading them back; select: the K best of the kept tokens; rank: writing them
-in order), as mean microseconds per row. Rows are L = 16 draft positions per request, bf16 logits.
+each phase (logsumexp; compact: gathering the tiles' candidates, 0 without emit; union: their K best, checked;
+supers: choosing the K best super-groups, 0 without them; groups: the K best groups; gather: reading them back;
+select: the K best of the kept tokens; rank: writing the K best in order, the union's where it settled the row), as
+mean microseconds per row. Rows are L = 16 draft positions per request, bf16 logits.
 """
 
 from __future__ import annotations

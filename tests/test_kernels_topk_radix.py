@@ -186,10 +186,10 @@ def test_tile_candidates_settle_ranked_by_sort_and_by_counting(k, tile, group):
 
 
 def test_tile_candidates_by_default_for_large_k_and_few_emit_programs():
-    """On the CPU (one "SM"): K >= 128 and at most 24 (rows x tiles)."""
+    """On the CPU (one "SM"): K >= 192 and at most 24 (rows x tiles), or K >= 128 and at most 12."""
     rows = torch.empty(2, 3000)
-    assert [topk_radix._emit_pays(rows, k, tiles) for k, tiles in ((128, 12), (127, 12), (128, 13))] == \
-        [True, False, False]
+    cases = ((192, 12), (191, 12), (192, 13), (128, 6), (128, 7), (127, 6))
+    assert [topk_radix._emit_pays(rows, k, tiles) for k, tiles in cases] == [True, False, False, True, False, False]
 
 
 def test_default_emit_is_the_launch_of_draft_topk_and_the_benchmark_reports_its_settled_share():

@@ -348,8 +348,8 @@ def _select_kernel(
         tl.store(settled_ptr + row, done)
     else:
         stamp(clock_row, 3, PROFILE)
-    stamp(clock_row, 4, PROFILE)
     if done == 0:  # the groups' way: the K best groups, their tokens read back, the K best of those
+        stamp(clock_row, 4, PROFILE)
         groups = group_ptr + row.to(tl.int64) * n_groups
         floor = row * 0 + _PAD_KEY  # with at most K groups every token is a candidate
         chose = n_groups > k
@@ -391,11 +391,6 @@ def _select_kernel(
         stamp(clock_row, 7, PROFILE)
         _write_best(cand, n, k, lse, lp_out + row * k, ids_out + row * k, CBLOCK, LOG_BINS, KP,  # one block
                     clock_row, 8 if PROFILE else -1)  # fmt: skip
-    else:  # the union's phases took it all
-        stamp(clock_row, 5, PROFILE)
-        stamp(clock_row, 6, PROFILE)
-        stamp(clock_row, 7, PROFILE)
-        stamp(clock_row, 8, PROFILE)
     stamp(clock_row, 9, PROFILE)
     stamp(clock_row, 10, PROFILE, True)
     let_next_start(PDL)
@@ -410,7 +405,8 @@ def _union_best(
     """The row's K best from its tiles' candidates, when they are sure to hold them: returns 1 after writing
     them (best first), 0 (nothing written) when a tile stored fewer candidates than it had (more than CAP),
     when there are fewer than K, or when a tile's floor lies above the K-th best candidate's key. Stamps the
-    "compact" phase (clock_row, PROFILE) once the candidates are in `cand`.
+    "compact" phase (clock_row, PROFILE) once the candidates are in `cand`; when it writes them, the "union"
+    phase (and the groups' phases, empty) before its ranking, which is the "rank" phase.
 
     The candidates, compacted into `cand` tile after tile (so in id order), are every token that reaches its
     tile's floor; a token left out lies below its tile's floor, so below every floor's maximum. When that
@@ -446,6 +442,8 @@ def _union_best(
             kth = tl.min(tl.load(cand + p, mask=p < k, other=_TOP_ENTRY) >> 32, 0).to(tl.int32)
         done = (highest <= kth).to(tl.int32)
         if done == 1:
+            for slot in tl.static_range(4, 9):  # the "union" phase ends; the groups' phases take no time
+                stamp(clock_row, slot, PROFILE)
             _write_ranked(cand, k, lse, lp_row, ids_row, KP)
     return done
 
@@ -661,12 +659,15 @@ def _few_rows(rows: torch.Tensor) -> bool:
 
 
 def _emit_pays(rows: torch.Tensor, k: int, n_tiles: int) -> bool:
-    """Whether the default launch takes the tiles' candidates first: K >= 128 and at most 24 emit programs
-    (rows x tiles) per SM. On an H200 (results/kernels/h200-2026-11-30g) at vocab 152,064 they took the top-K
-    of 16 rows from 30.0 to 22.7 us at K = 256 (the selection 26.0 -> 11.6 us, for an emit kernel of 5.3),
-    left it unchanged at K = 64 (41.6 / 41.5 us rounds), and lost at 128 rows (emit kernel 20-23 us, 73
-    programs per SM); a line through its two times puts the break-even at K = 256 near 45-55 programs per SM."""
-    return k >= 128 and rows.shape[0] * n_tiles <= 24 * _sms(rows.device)
+    """Whether the default launch takes the tiles' candidates first: for K >= 192 with at most 24 emit programs
+    (rows x tiles) per SM, for K >= 128 with at most 12. On an H200 at vocab 152,064 (75 tiles of 2,048; 9.1
+    programs per SM a request), top-K calls in us, on against off (results/kernels/h200-2026-11-30i): K = 256,
+    22.7 / 30.0 at one request (h200-2026-11-30g), 25.9 / 30.9 at two, 33.8 / 33.2 at four, 40.7 / 35.2 at six;
+    K = 192, 22.9 / 29.5 at one, 25.5 / 30.3 at two; K = 128, 22.6 / 23.2 at one, 25.7 / 24.1 at two (25.3 /
+    23.9 in another call); K = 64, even at one (h200-2026-11-30g). With more programs the emit kernel costs
+    more than the union saves the selection."""
+    programs_per_sm = rows.shape[0] * n_tiles / _sms(rows.device)
+    return (k >= 192 and programs_per_sm <= 24) or (k >= 128 and programs_per_sm <= 12)
 
 
 def _emit_need(k: int, tiles: int, tile_groups: int) -> int:

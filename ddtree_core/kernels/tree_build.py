@@ -22,11 +22,12 @@ nodes of depth d, with b the request's budget:
      when the kept keys never decrease in (i, r) order (level 0 always: the root's children follow
      the best-first lists) the list is in order already. The level is appended, in that order, to a
      pool of all kept nodes (depth-major, so pool order is (depth, position)).
-  4. bound: a histogram of every kept key by its top bits (256 or 2048 buckets) gives the bucket where the
-     kept count reaches b; keys beyond it are beaten by b kept nodes, and so are their children
-     (a child's key is never smaller than its parent's), so the bound also cuts the parents of the
-     next level to a prefix of this one. FINE_BITS (6 by default; 0: off) splits that bucket by the keys'
-     next bits (`_fine_bound`): a tighter bound, for one more pass over the kept keys whenever the bucket
+  4. bound: a histogram of every kept key by its top bits (256 or 2048 buckets) gives the bucket where the kept
+     count reaches b; keys beyond it are beaten by b kept nodes, and so are their children (a child's key is
+     never smaller than its parent's), so the bound also cuts the parents of the next level to a prefix of this
+     one: up to the last node whose best child (the next depth's best log-prob added) still lies below the bound
+     (`_live_parents`; none: the levels end here). FINE_BITS (6 by default; 0: off) splits that bucket by the
+     keys' next bits (`_fine_bound`): a tighter bound, for one more pass over the kept keys whenever the bucket
      moves, so that fewer candidates survive to the next level.
 Holding the chain (tree.py), a request's keys are 0 on the pairs (0, 0) of finite score, the chain, and
 bits(-score) + 1 elsewhere, as in batched.py; keys stay below INT32_MAX and a child's key is still
@@ -42,6 +43,9 @@ FCH = 512) the cut took the final selection from 7.3 us (radix passes over the p
 the b-th key's fine bucket ranked by a [64, 64] compare so that a sort of 256 would do, 6.2 us; an expand
 that counted its pairs and checked the order of its survivors in registers (a running-maximum scan) instead
 of two loads and a pass, 0.5-1.1 us slower a level.)
+On an H200 (results/kernels/h200-2026-11-30i) the parents cut to those whose best child can survive
+(`_live_parents`) took the build from 24.3 to 20.9 us at batch 1, budget 256 (its fourth level, which had kept
+nothing, is no longer expanded; level 1's expand 2.3 -> 1.2 us), from 29.3 to 26.2 at batch 8, budget 256.
 On an H200 (results/kernels/h200-2026-11-30f) the three sorts and the finer bound took the build of the
 kernel benchmark's drafts from 33.3 to 26.9 us at batch 1, budget 256, and from 34.0 to 22.1 at batch 64,
 budget 64: level 1's radix selection (8.9 and 4.1 us a program) gives way to one sort of its survivors,
@@ -352,16 +356,25 @@ def _fine_bound(
 
 
 @triton.jit
-def _count_below(key_ptr, n, bound, PCH: tl.constexpr):
-    """How many of the n keys at key_ptr are < bound."""
+def _live_parents(key_ptr, score_ptr, n, bound, lp_best, held, PCH: tl.constexpr):
+    """The parents of the next level: one more than the last of the level's n kept nodes (key_ptr, score_ptr: the
+    level in the pool, in level order) whose key and whose best child's key lie below `bound` (0 if none). The
+    best child's key is the expand's for pair (i, 0): score + lp_best, the next depth's best log-prob, chain
+    included. A later node's children all lie at or beyond the bound (each child's log-prob is at most
+    lp_best, and float addition is monotone), so the expand would drop every pair of theirs."""
     offs = tl.arange(0, PCH)
-    count = n * 0
+    last = n * 0
     p0 = n * 0
     while p0 < n:
-        key = tl.load(key_ptr + p0 + offs, mask=p0 + offs < n, other=_I32_MAX)
-        count += tl.sum((key < bound).to(tl.int32), 0)
+        i = p0 + offs
+        m = i < n
+        key = tl.load(key_ptr + i, mask=m, other=_I32_MAX)
+        score = tl.load(score_ptr + i, mask=m, other=0.0) + lp_best
+        chain = (held != 0) & (i == 0) & (score > float("-inf"))
+        child = tl.where(chain, 0, _score_key(score) + held)
+        last = tl.maximum(last, tl.max(tl.where(m & (key < bound) & (child < bound), i + 1, 0), 0))
         p0 += PCH
-    return count
+    return last
 
 
 @triton.jit
@@ -584,7 +597,8 @@ def _build_kernel(
             )
         else:
             bound = _key_bound(hist, b, HIST_BINS, HIST_SHIFT)
-        n_parents = _count_below(pool_key + pool_n, n_kept, bound, PCH)
+        lp_best = tl.load(lp_row + (d + 1) * s_ll, mask=d + 1 < max_depth, other=0.0)
+        n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, PCH)
         _stamp(clock_row, 5 + 4 * d, PROFILE)
         start_par = pool_n
         pool_n += n_kept
