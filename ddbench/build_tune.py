@@ -38,8 +38,9 @@ import typer
 from ddbench.kernel_bench import draft_logits, launch_label, parse_ints, parse_launches, tune_row
 
 LENGTH = 16
-KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS", "SORT_SURVIVORS", "FCH", "CUT")
-FLAGS = ("SORT_RANKS", "SORT_SURVIVORS", "CUT")  # the bool keys
+KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS", "SORT_SURVIVORS", "FCH", "CUT",
+        "PRE_BOUND")
+FLAGS = ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND")  # the bool keys
 # tree_build.LAUNCH_KEYS, in column order
 COLUMNS = ("batch", "budget", "logit_scale", "max_depth", *KEYS, "us", "equal", "mean_depth", "note")
 PHASE_COLUMNS = ("batch", "budget", "logit_scale", "launch", "phase", "us")
@@ -197,8 +198,8 @@ def main(
     launch: Annotated[
         str,
         typer.Option(help="More launches, ';' between launches, each key=value pairs of tree_build.LAUNCH_KEYS "
-                     "(0 / 1 for SORT_RANKS, SORT_SURVIVORS and CUT); phases.csv stamps each. The default tries the "
-                     "former defaults: FINE_BITS=0 (the bound's bucket not split), SORT_SURVIVORS=0 (levels "
+                     "(0 / 1 for SORT_RANKS, SORT_SURVIVORS, CUT and PRE_BOUND); phases.csv stamps each. The default "
+                     "tries the former defaults: FINE_BITS=0 (the bound's bucket not split), SORT_SURVIVORS=0 (levels "
                      "selected, not sorted), FCH=0 (final nodes selected, not sorted), together and alone.")
     ] = "FINE_BITS=0,SORT_SURVIVORS=0,FCH=0;FINE_BITS=0;SORT_SURVIVORS=0;FCH=0",
 ) -> None:

@@ -182,6 +182,11 @@ def test_build_holding_the_chain_equals_reference():
         {"FCH": 16, "FINE_BITS": 1},
         {"FCH": 32, "FINE_BITS": 0, "HIST_BINS": 2},
         {"FCH": 512},
+        {"PRE_BOUND": True},
+        {"PRE_BOUND": True, "SORT_SURVIVORS": False},
+        {"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 0, "HIST_BINS": 64},
+        {"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 8, "CHUNK": 16},
+        {"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 0, "HIST_BINS": 2},
     ],
 )
 def test_build_launch_overrides_keep_the_trees(launch):
@@ -191,7 +196,9 @@ def test_build_launch_overrides_keep_the_trees(launch):
     level's survivors selected instead of sorted once (SORT_SURVIVORS off), the final nodes selected and ranked
     (FCH 0), sorted when the pool holds at most 16 (some requests) or 512 (above the default, 256 at N = 40), or
     its part below the last bound does (CUT: the 16 or 32 there; a cut of a 2-bucket or a 1-bit split's bound
-    holds too many)."""
+    holds too many), a level's survivors first cut below a bound that counts them too (PRE_BOUND; with
+    SORT_SURVIVORS off every level above b takes it, and a 2-bucket bound leaves more than a block, so the radix
+    selection)."""
     from ddtree_core.kernels import tree_build
 
     generator = torch.Generator().manual_seed(3)

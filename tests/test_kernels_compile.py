@@ -62,7 +62,8 @@ def profiled_build(arch: int) -> None:
     ptx = compiled.asm["ptx"]
     assert "%globaltimer" in ptx and "%clock64" in ptx
     assert "griddepcontrol.launch_dependents" in ptx and "griddepcontrol.wait" in ptx  # pdl.py
-    counting = compile_for(tree_build._build_kernel, arch, pointers, launch | {"HOLD": 1, "SORT_RANKS": False}, warps)
+    counting = compile_for(tree_build._build_kernel, arch, pointers,
+                           launch | {"HOLD": 1, "SORT_RANKS": False, "PRE_BOUND": True}, warps)  # fmt: skip
     assert counting.asm["cubin"]
     fine = compile_for(tree_build._build_kernel, arch, pointers,
                        launch | {"HOLD": 0, "FINE_BITS": 0, "SORT_SURVIVORS": False, "FCH": 0}, warps)  # fmt: skip

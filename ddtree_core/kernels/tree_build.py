@@ -15,7 +15,9 @@ nodes of depth d, with b the request's budget:
      survive, a radix selection over their keys (histograms, no sort) keeps the b smallest, equal
      keys in list order, which is the level order (key, i, r); with at most SCH = min(1024, 2 * PCH)
      survivors (SORT_SURVIVORS, on by default), one tl.sort of (key, pair) orders them instead and the
-     first b are appended (`_append_sorted`), which is steps 2 and 3 at once.
+     first b are appended (`_append_sorted`), which is steps 2 and 3 at once. PRE_BOUND (off by default; not
+     timed yet) first cuts more survivors below step 4's bound taken over the kept keys and the survivors
+     together (`_survivor_bound`), and sorts them the same way when at most a block of ranks remain.
   3. order: the kept candidates are ordered by (key, i, r): by tl.sort of key << 32 | (i, r) up to
      b = 1,024 (SORT_RANKS, the scores recomputed from the sorted pairs), else each one's position is
      the number of kept candidates with a smaller (key, i, r), counted by broadcast compares (b * b);
@@ -333,7 +335,6 @@ def _fine_bound(
     else every kept key (pool[1:]) is counted again. The kept keys below the bound are the coarse
     buckets' before it plus the fine ones up to the fine bucket where the count reaches b, so at least b kept
     keys are smaller than any key at or beyond it, as step 4 asks; it is never looser than `_key_bound`."""
-    FINE_BINS: tl.constexpr = 1 << FINE_BITS
     FINE_SHIFT: tl.constexpr = HIST_SHIFT - FINE_BITS
     cum = tl.cumsum(hist, 0)
     crossing = tl.sum((cum < b).to(tl.int32), 0)
@@ -343,16 +344,56 @@ def _fine_bound(
     fine = tl.where(same, fine, 0)
     first = tl.where(same, pool_n, 1)
     end = tl.where(bounded, pool_n + n_kept, first)
-    offs = tl.arange(0, PCH)
-    p0 = first
-    while p0 < end:
-        key = tl.load(pool_key + p0 + offs, mask=p0 + offs < end, other=0)
-        inside = (p0 + offs < end) & ((key >> HIST_SHIFT) == crossing)
-        fine += tl.histogram((key >> FINE_SHIFT) & (FINE_BINS - 1), FINE_BINS, mask=inside)
-        p0 += PCH
+    fine = _fine_hist(fine, pool_key, first, end, crossing, PCH, HIST_SHIFT, FINE_BITS)
     sub = tl.sum((tl.cumsum(fine, 0) < b - below).to(tl.int32), 0)
     bound = tl.where(bounded, (crossing << HIST_SHIFT) + ((sub + 1) << FINE_SHIFT), _I32_MAX)
     return bound, fine, tl.where(bounded, crossing, -1)
+
+
+@triton.jit
+def _fine_hist(
+    fine, key_ptr, first, end, crossing, BLOCK: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr
+):  # fmt: skip
+    """fine plus the keys key_ptr[first:end] of coarse bucket `crossing`, counted by their next FINE_BITS bits."""
+    FINE_BINS: tl.constexpr = 1 << FINE_BITS
+    offs = tl.arange(0, BLOCK)
+    p0 = first
+    while p0 < end:
+        key = tl.load(key_ptr + p0 + offs, mask=p0 + offs < end, other=0)
+        inside = (p0 + offs < end) & ((key >> HIST_SHIFT) == crossing)
+        fine += tl.histogram((key >> (HIST_SHIFT - FINE_BITS)) & (FINE_BINS - 1), FINE_BINS, mask=inside)
+        p0 += BLOCK
+    return fine
+
+
+@triton.jit
+def _survivor_bound(
+    hist, b, pool_key, pool_n, cand_key, n_valid,
+    CHUNK: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
+):  # fmt: skip
+    """Step 4's bound (`_fine_bound`'s, or `_key_bound`'s without FINE_BITS) over the kept keys (pool[1:pool_n],
+    counted in hist) and a level's n_valid survivors (cand_key) together, before the level keeps any (PRE_BOUND):
+    at least b of those keys lie below it. A survivor at or beyond it is beaten by b nodes that are kept (the
+    pool's, and survivors below it: all of them, or the level's b best), so the level may drop it first."""
+    offs = tl.arange(0, CHUNK)
+    c0 = n_valid * 0
+    while c0 < n_valid:
+        m = c0 + offs < n_valid
+        hist += tl.histogram(tl.load(cand_key + c0 + offs, mask=m, other=0) >> HIST_SHIFT, HIST_BINS, mask=m)
+        c0 += CHUNK
+    if FINE_BITS > 0:
+        cum = tl.cumsum(hist, 0)
+        crossing = tl.sum((cum < b).to(tl.int32), 0)
+        below = tl.sum(tl.where(tl.arange(0, HIST_BINS) < crossing, hist, 0), 0)
+        fine = tl.zeros([1 << FINE_BITS], tl.int32)
+        fine = _fine_hist(fine, pool_key, n_valid * 0 + 1, pool_n, crossing, CHUNK, HIST_SHIFT, FINE_BITS)
+        fine = _fine_hist(fine, cand_key, n_valid * 0, n_valid, crossing, CHUNK, HIST_SHIFT, FINE_BITS)
+        sub = tl.sum((tl.cumsum(fine, 0) < b - below).to(tl.int32), 0)
+        bounded = crossing < HIST_BINS - 1  # the last bucket ends at 2**31, past int32: no bound there
+        bound = tl.where(bounded, (crossing << HIST_SHIFT) + ((sub + 1) << (HIST_SHIFT - FINE_BITS)), _I32_MAX)
+    else:
+        bound = _key_bound(hist, b, HIST_BINS, HIST_SHIFT)
+    return bound
 
 
 @triton.jit
@@ -454,20 +495,24 @@ def _rank_sorted(key, idx, n_nodes, node_of, inv, FCH: tl.constexpr):
 
 
 @triton.jit
-def _compact_below(pool_key, total, bound, dst_key, dst_idx, cap, CHUNK: tl.constexpr):
-    """Copy the pool[1:] entries whose key is < bound, in pool order, as (key, pool index) to dst, at most cap
-    of them; returns how many there are (stored or not). `_compact_selected` with an empty tie range, but capped
-    (dst holds n_pairs entries, fewer than a pool can) and without its ties' running count."""
+def _compact_below(src_key, src_pk, n, bound, dst_key, dst_pk, cap, FROM_POOL: tl.constexpr, CHUNK: tl.constexpr):
+    """Copy the n entries of src whose key is < bound, in order, as (key, pk) to dst, at most cap of them; returns
+    how many there are (stored or not). FROM_POOL: src_key is pool[1:], and the pk written is the pool index
+    (j + 1). `_compact_selected` with an empty tie range, but capped (dst holds fewer entries than src can)
+    and without its ties' running count."""
     offs = tl.arange(0, CHUNK)
-    n_sel = total * 0
-    c0 = total * 0
-    while c0 < total:
+    n_sel = n * 0
+    c0 = n * 0
+    while c0 < n:
         j = c0 + offs
-        key = tl.load(pool_key + 1 + j, mask=j < total, other=_I32_MAX)
-        sel = (j < total) & (key < bound)
+        key = tl.load(src_key + j, mask=j < n, other=_I32_MAX)
+        sel = (j < n) & (key < bound)
         pos = n_sel + tl.cumsum(sel.to(tl.int32), 0) - 1
         tl.store(dst_key + pos, key, mask=sel & (pos < cap))
-        tl.store(dst_idx + pos, j + 1, mask=sel & (pos < cap))
+        if FROM_POOL:
+            tl.store(dst_pk + pos, j + 1, mask=sel & (pos < cap))
+        else:
+            tl.store(dst_pk + pos, tl.load(src_pk + j, mask=sel & (pos < cap), other=0), mask=sel & (pos < cap))
         n_sel += tl.sum(sel.to(tl.int32), 0)
         c0 += CHUNK
     return n_sel
@@ -513,6 +558,7 @@ def _build_kernel(
     SCH: tl.constexpr = 16,  # survivors sorted at once when SORT_SURVIVORS (a power of two)
     FCH: tl.constexpr = 0,  # a pool of at most FCH nodes is selected and ranked by one sort (0: never)
     CUT: tl.constexpr = False,  # a larger pool: its nodes below the last bound, when at most FCH, by that sort
+    PRE_BOUND: tl.constexpr = False,  # a level not sorted at once: first drop survivors at or past _survivor_bound
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (pdl.py)
 ):  # fmt: skip
@@ -565,11 +611,26 @@ def _build_kernel(
         # A list in (i, r) order whose keys never decrease is in level order as it stands: no ranks needed
         # (always at level 0, whose candidates (0, r) follow the best-first lists; so with one parent).
         in_order = _ascending(cand_key, n_valid, CHUNK)
-        if SORT_SURVIVORS & (n_valid > b) & (n_valid <= SCH):
+        sort_once = SORT_SURVIVORS & (n_valid > b) & (n_valid <= SCH)
+        cap = tl.minimum(n_max, PCH)
+        n_below = cap + 1  # survivors below their own bound, once counted (PRE_BOUND): more than cap, none counted
+        if PRE_BOUND & (n_valid > b) & (sort_once == 0):
+            level_cut = _survivor_bound(hist, b, pool_key, pool_n, cand_key, n_valid, CHUNK, HIST_BINS, HIST_SHIFT,
+                                        FINE_BITS)  # fmt: skip
+            n_below = _compact_below(cand_key, cand_pk, n_valid, level_cut, comp_key, comp_pk, cap, False, CHUNK)
+            tl.debug_barrier()
+        if sort_once:
             _stamp(clock_row, 3 + 4 * d, PROFILE)
             hist = _append_sorted(
                 cand_key, cand_pk, n_valid, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
                 lp_row + d * s_ll, s_lk, SCH, HIST_BINS, HIST_SHIFT,
+            )  # fmt: skip
+        elif n_below <= cap:  # PRE_BOUND left at most a block of ranks: one sort of it keeps the level's best
+            n_kept = tl.minimum(n_below, b)
+            _stamp(clock_row, 3 + 4 * d, PROFILE)
+            hist = _append_sorted(
+                comp_key, comp_pk, n_below, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
+                lp_row + d * s_ll, s_lk, PCH, HIST_BINS, HIST_SHIFT,
             )  # fmt: skip
         elif n_valid > b:
             lower, upper, left = _select_bucket(cand_key, n_valid, b, CHUNK, LOG_BINS)
@@ -610,7 +671,8 @@ def _build_kernel(
     fb = tl.arange(0, FB)
     cut = total + 1  # the nodes below the last bound, once counted (CUT): more than the pool, none counted
     if CUT & (FCH > 0) & (total > FCH):  # every final node lies below the bound (b kept keys do)
-        cut = _compact_below(pool_key, total, bound, cand_key, cand_pk, tl.minimum(n_pairs, FCH), CHUNK)
+        cut = _compact_below(pool_key + 1, pool_pk, total, bound, cand_key, cand_pk, tl.minimum(n_pairs, FCH), True,
+                             CHUNK)  # fmt: skip
         tl.debug_barrier()
     if (FCH > 0) & (total <= FCH):
         _stamp(clock_row, 2 + 4 * max_depth, PROFILE)
@@ -727,6 +789,7 @@ LAUNCH_KEYS = (
     "SORT_SURVIVORS",
     "FCH",
     "CUT",
+    "PRE_BOUND",
 )  # the overrides `build_tree_from_topk(launch=)` takes
 
 
@@ -771,6 +834,7 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "SCH": min(1024, 2 * pch),
         "FCH": min(512, 4 * pch),
         "CUT": True,
+        "PRE_BOUND": False,  # not timed yet: build_tune --launch PRE_BOUND=1
     } | launch
 
 
@@ -780,7 +844,7 @@ def _checked(launch: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
     limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384}
-    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT"):
+    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND"):
         if not isinstance(launch.get(key, False), bool):
             raise ValueError(f"{key} must be a bool, got {launch[key]!r}")
     fine_bits = launch.get("FINE_BITS", 0)
