@@ -316,12 +316,27 @@ def _ascending(key_ptr, n, CHUNK: tl.constexpr):
 
 
 @triton.jit
+def _crossing(hist, b, HIST_BINS: tl.constexpr):
+    """Of a kept-key histogram: the first bucket where the count reaches b, the keys in the buckets before it,
+    and whether it bounds anything (the last bucket ends at 2**31, past int32: no bound there)."""
+    crossing = tl.sum((tl.cumsum(hist, 0) < b).to(tl.int32), 0)
+    below = tl.sum(tl.where(tl.arange(0, HIST_BINS) < crossing, hist, 0), 0)
+    return crossing, below, crossing < HIST_BINS - 1
+
+
+@triton.jit
+def _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr):
+    """The bound inside bucket `crossing`: the end of its fine bucket (fine, counted by `_fine_hist`) where the
+    count of keys, `below` the bucket plus the fine ones up to it, reaches b (INT32_MAX unless bounded)."""
+    sub = tl.sum((tl.cumsum(fine, 0) < b - below).to(tl.int32), 0)
+    return tl.where(bounded, (crossing << HIST_SHIFT) + ((sub + 1) << (HIST_SHIFT - FINE_BITS)), _I32_MAX)
+
+
+@triton.jit
 def _key_bound(hist, b, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr):
     """Step 4: the smallest key that at least b kept keys beat outright (INT32_MAX if none)."""
-    cum = tl.cumsum(hist, 0)
-    crossing = tl.sum((cum < b).to(tl.int32), 0)  # first bucket where the kept count reaches b
-    # the last bucket ends at 2**31, past int32: no bound there
-    return tl.where(crossing < HIST_BINS - 1, (crossing + 1) << HIST_SHIFT, _I32_MAX)
+    crossing, _, bounded = _crossing(hist, b, HIST_BINS)
+    return tl.where(bounded, (crossing + 1) << HIST_SHIFT, _I32_MAX)
 
 
 @triton.jit
@@ -335,18 +350,13 @@ def _fine_bound(
     else every kept key (pool[1:]) is counted again. The kept keys below the bound are the coarse
     buckets' before it plus the fine ones up to the fine bucket where the count reaches b, so at least b kept
     keys are smaller than any key at or beyond it, as step 4 asks; it is never looser than `_key_bound`."""
-    FINE_SHIFT: tl.constexpr = HIST_SHIFT - FINE_BITS
-    cum = tl.cumsum(hist, 0)
-    crossing = tl.sum((cum < b).to(tl.int32), 0)
-    below = tl.sum(tl.where(tl.arange(0, HIST_BINS) < crossing, hist, 0), 0)
-    bounded = crossing < HIST_BINS - 1  # the last bucket ends at 2**31, past int32: no bound there
+    crossing, below, bounded = _crossing(hist, b, HIST_BINS)
     same = crossing == fine_bucket
     fine = tl.where(same, fine, 0)
     first = tl.where(same, pool_n, 1)
     end = tl.where(bounded, pool_n + n_kept, first)
     fine = _fine_hist(fine, pool_key, first, end, crossing, PCH, HIST_SHIFT, FINE_BITS)
-    sub = tl.sum((tl.cumsum(fine, 0) < b - below).to(tl.int32), 0)
-    bound = tl.where(bounded, (crossing << HIST_SHIFT) + ((sub + 1) << FINE_SHIFT), _I32_MAX)
+    bound = _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
     return bound, fine, tl.where(bounded, crossing, -1)
 
 
@@ -382,15 +392,11 @@ def _survivor_bound(
         hist += tl.histogram(tl.load(cand_key + c0 + offs, mask=m, other=0) >> HIST_SHIFT, HIST_BINS, mask=m)
         c0 += CHUNK
     if FINE_BITS > 0:
-        cum = tl.cumsum(hist, 0)
-        crossing = tl.sum((cum < b).to(tl.int32), 0)
-        below = tl.sum(tl.where(tl.arange(0, HIST_BINS) < crossing, hist, 0), 0)
+        crossing, below, bounded = _crossing(hist, b, HIST_BINS)
         fine = tl.zeros([1 << FINE_BITS], tl.int32)
         fine = _fine_hist(fine, pool_key, n_valid * 0 + 1, pool_n, crossing, CHUNK, HIST_SHIFT, FINE_BITS)
         fine = _fine_hist(fine, cand_key, n_valid * 0, n_valid, crossing, CHUNK, HIST_SHIFT, FINE_BITS)
-        sub = tl.sum((tl.cumsum(fine, 0) < b - below).to(tl.int32), 0)
-        bounded = crossing < HIST_BINS - 1  # the last bucket ends at 2**31, past int32: no bound there
-        bound = tl.where(bounded, (crossing << HIST_SHIFT) + ((sub + 1) << (HIST_SHIFT - FINE_BITS)), _I32_MAX)
+        bound = _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
     else:
         bound = _key_bound(hist, b, HIST_BINS, HIST_SHIFT)
     return bound
@@ -599,6 +605,7 @@ def _build_kernel(
     n_parents = (b > 0).to(tl.int32)
     start_par = zero  # pool index of the parents' level
     pool_n = zero + 1  # next free pool entry
+    cap = tl.minimum(zero + n_max, PCH)  # PRE_BOUND's cut: survivors held for one sort (comp holds n_max)
     while (d < max_depth) & (n_parents > 0):
         n_cand = tl.load(row_end_ptr + n_parents - 1)
         n_valid = _expand_level(
@@ -612,7 +619,6 @@ def _build_kernel(
         # (always at level 0, whose candidates (0, r) follow the best-first lists; so with one parent).
         in_order = _ascending(cand_key, n_valid, CHUNK)
         sort_once = SORT_SURVIVORS & (n_valid > b) & (n_valid <= SCH)
-        cap = tl.minimum(n_max, PCH)
         n_below = cap + 1  # survivors below their own bound, once counted (PRE_BOUND): more than cap, none counted
         if PRE_BOUND & (n_valid > b) & (sort_once == 0):
             level_cut = _survivor_bound(hist, b, pool_key, pool_n, cand_key, n_valid, CHUNK, HIST_BINS, HIST_SHIFT,
