@@ -5,6 +5,7 @@ conftest.py before any kernel module is imported); cases too slow for it are mar
 """
 
 import dataclasses
+import itertools
 import random
 
 import pytest
@@ -187,6 +188,10 @@ def test_build_holding_the_chain_equals_reference():
         {"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 0, "HIST_BINS": 64},
         {"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 8, "CHUNK": 16},
         {"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 0, "HIST_BINS": 2},
+        {"AHEAD": 4},
+        {"AHEAD": 64, "FINE_BITS": 0},
+        {"AHEAD": 8, "FINE_BITS": 3, "HIST_BINS": 2},
+        {"AHEAD": 2, "PRE_BOUND": True, "SORT_SURVIVORS": False},
     ],
 )
 def test_build_launch_overrides_keep_the_trees(launch):
@@ -198,7 +203,8 @@ def test_build_launch_overrides_keep_the_trees(launch):
     its part below the last bound does (CUT: the 16 or 32 there; a cut of a 2-bucket or a 1-bit split's bound
     holds too many), a level's survivors first cut below a bound that counts them too (PRE_BOUND; with
     SORT_SURVIVORS off every level above b takes it, and a 2-bucket bound leaves more than a block, so the radix
-    selection)."""
+    selection), a full level's bound counting its best nodes' chains of descendants too (AHEAD: 4 x 64 nodes, 64 x
+    4, 8 x 32 with a 2-bucket histogram)."""
     from ddtree_core.kernels import tree_build
 
     generator = torch.Generator().manual_seed(3)
@@ -211,6 +217,22 @@ def test_build_launch_overrides_keep_the_trees(launch):
             if hold:
                 ref = build_tree_from_topk(topk, budget, max_depth=8, max_budget=40, hold_chain=True, impl="reference")
             assert_same(out, ref)
+
+
+def test_build_ahead_counts_only_descendants_within_the_depth_limit():
+    """AHEAD's bound on drafts cut short by max_depth: the descendants it counts stop at the limit (a node past it
+    would tighten the bound with one the tree can never hold; counting one depth more fails here)."""
+    from ddtree_core.kernels import tree_build
+
+    generator = torch.Generator().manual_seed(0)
+    for scale in (3.0, 12.0):
+        topk = draft_topk((torch.randn(1, 6, 200, generator=generator) * scale).to(DEVICE), 16, impl="reference")
+        for depth, budget, hold in itertools.product((2, 3), (8, 16), (False, True)):
+            ref = build_tree_from_topk(topk, budget, max_depth=depth, max_budget=budget, hold_chain=hold,
+                                       impl="reference")  # fmt: skip
+            for ahead in (4, 16):
+                out = tree_build.build_tree_from_topk(topk, budget, depth, budget, hold, launch={"AHEAD": ahead})
+                assert_same(out, ref)
 
 
 def test_build_rejects_bad_launch():
@@ -227,6 +249,9 @@ def test_build_rejects_bad_launch():
         tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"SORT_RANKS": 1})
     with pytest.raises(ValueError, match="SORT_RANKS needs N <= 1024"):
         tree_build._launch_config(2048, 9000, False, {"SORT_RANKS": True})
+    for bad in (3, 128, -1, True):
+        with pytest.raises(ValueError, match="AHEAD"):
+            tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"AHEAD": bad})
     for bad in (9, -1, True, 2.0):
         with pytest.raises(ValueError, match="FINE_BITS"):
             tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"FINE_BITS": bad})

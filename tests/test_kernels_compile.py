@@ -68,6 +68,9 @@ def profiled_build(arch: int) -> None:
     fine = compile_for(tree_build._build_kernel, arch, pointers,
                        launch | {"HOLD": 0, "FINE_BITS": 0, "SORT_SURVIVORS": False, "FCH": 0}, warps)  # fmt: skip
     assert fine.asm["cubin"]  # the former defaults: no sort of the survivors or the final pool
+    ahead = compile_for(tree_build._build_kernel, arch, pointers,
+                        launch | {"HOLD": 2, "AHEAD": 8}, warps)  # fmt: skip
+    assert ahead.asm["cubin"]  # the look-ahead bound
 
 
 # the radix selection kernel's pointer parameters, as a bf16 launch passes them

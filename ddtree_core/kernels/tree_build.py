@@ -30,7 +30,10 @@ nodes of depth d, with b the request's budget:
      one: up to the last node whose best child (the next depth's best log-prob added) still lies below the bound
      (`_live_parents`; none: the levels end here). FINE_BITS (6 by default; 0: off) splits that bucket by the
      keys' next bits (`_fine_bound`): a tighter bound, for one more pass over the kept keys whenever the bucket
-     moves, so that fewer candidates survive to the next level.
+     moves, so that fewer candidates survive to the next level. AHEAD (a launch key, off by default): after a level
+     that keeps b nodes, the count also takes the rank-0 descendants, up to AHEAD depths down, of its 256 / AHEAD
+     best nodes (`_ahead_bound`): nodes that exist and are not kept yet, so the bound stays valid, and on chain-like
+     drafts, where every node heads a chain of near-equal scores, it is much tighter.
 Holding the chain (tree.py), a request's keys are 0 on the pairs (0, 0) of finite score, the chain, and
 bits(-score) + 1 elsewhere, as in batched.py; keys stay below INT32_MAX and a child's key is still
 never smaller than its parent's, so steps 1-4 are unchanged.
@@ -361,19 +364,82 @@ def _fine_bound(
 
 
 @triton.jit
+def _kept_bound(
+    hist, fine, fine_bucket, b, pool_key, pool_n, n_kept,
+    PCH: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
+):  # fmt: skip
+    """Step 4 over the kept keys: `_fine_bound`'s (bound, fine, fine_bucket), or `_key_bound`'s without FINE_BITS."""
+    if FINE_BITS > 0:
+        bound, fine, fine_bucket = _fine_bound(
+            hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH, HIST_BINS, HIST_SHIFT, FINE_BITS
+        )
+    else:
+        bound = _key_bound(hist, b, HIST_BINS, HIST_SHIFT)
+    return bound, fine, fine_bucket
+
+
+@triton.jit
 def _fine_hist(
     fine, key_ptr, first, end, crossing, BLOCK: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr
 ):  # fmt: skip
     """fine plus the keys key_ptr[first:end] of coarse bucket `crossing`, counted by their next FINE_BITS bits."""
-    FINE_BINS: tl.constexpr = 1 << FINE_BITS
     offs = tl.arange(0, BLOCK)
     p0 = first
     while p0 < end:
         key = tl.load(key_ptr + p0 + offs, mask=p0 + offs < end, other=0)
-        inside = (p0 + offs < end) & ((key >> HIST_SHIFT) == crossing)
-        fine += tl.histogram((key >> (HIST_SHIFT - FINE_BITS)) & (FINE_BINS - 1), FINE_BINS, mask=inside)
+        fine += _fine_count(key, p0 + offs < end, crossing, HIST_SHIFT, FINE_BITS)
         p0 += BLOCK
     return fine
+
+
+@triton.jit
+def _fine_count(key, mask, crossing, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr):
+    """The keys under mask that lie in coarse bucket `crossing`, counted by their next FINE_BITS bits."""
+    FINE_BINS: tl.constexpr = 1 << FINE_BITS
+    inside = mask & ((key >> HIST_SHIFT) == crossing)
+    return tl.histogram((key >> (HIST_SHIFT - FINE_BITS)) & (FINE_BINS - 1), FINE_BINS, mask=inside)
+
+
+@triton.jit
+def _ahead_bound(
+    hist, fine, fine_bucket, b, pool_key, pool_score, pool_n, n_kept, lp_next, s_ll, n_ext, held,
+    PCH: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
+    AHEAD: tl.constexpr, TOP: tl.constexpr,
+):  # fmt: skip
+    """Step 4 looking ahead (AHEAD > 0): the bound over the kept keys (hist, the level just appended included) and the
+    keys of the rank-0 descendants, 1..AHEAD depths down, of the level's first TOP nodes (the level is the pool's
+    n_kept nodes from pool_n on, in level order: its best ones first). A descendant's score adds the next depths' best
+    log-probs (lp_next: the first of the n_ext depths left below the level, rows s_ll apart) one by one in float32,
+    as the expand adds a child's, and the chain's (held, key 0) stay 0 while finite. They are real nodes, distinct
+    from each other and from every kept one (all shallower), so at least b distinct nodes lie below the bound: it is
+    as valid as `_fine_bound`'s, and on chain-like drafts, where each kept node heads a chain of near-equal scores,
+    much tighter. fine and fine_bucket as `_fine_bound` keeps them (its kept keys counted again when the bucket
+    moves). Returns (bound, fine, fine_bucket)."""
+    offs = tl.arange(0, TOP)
+    top = offs < tl.minimum(n_kept, TOP)
+    key = tl.load(pool_key + pool_n + offs, mask=top, other=0)
+    score = tl.load(pool_score + pool_n + offs, mask=top, other=0.0)
+    rows = tl.arange(0, AHEAD)[:, None]
+    ext = score[None, :] + tl.zeros([AHEAD, 1], tl.float32)
+    for j in tl.static_range(AHEAD):
+        ext = tl.where(rows >= j, ext + tl.load(lp_next + j * s_ll, mask=j < n_ext, other=0.0), ext)
+    chain = (held != 0) & (key[None, :] == 0) & (ext > float("-inf"))
+    ext_key = tl.reshape(tl.where(chain, 0, _score_key(ext) + held), [AHEAD * TOP])
+    exists = tl.reshape((rows < n_ext) & top[None, :], [AHEAD * TOP])
+    crossing, below, bounded = _crossing(hist + tl.histogram(ext_key >> HIST_SHIFT, HIST_BINS, mask=exists), b,
+                                         HIST_BINS)  # fmt: skip
+    if FINE_BITS > 0:
+        same = crossing == fine_bucket
+        fine = tl.where(same, fine, 0)
+        first = tl.where(same, pool_n, 1)
+        end = tl.where(bounded, pool_n + n_kept, first)
+        fine = _fine_hist(fine, pool_key, first, end, crossing, PCH, HIST_SHIFT, FINE_BITS)
+        split = fine + _fine_count(ext_key, exists, crossing, HIST_SHIFT, FINE_BITS)
+        bound = _split_bound(split, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
+        fine_bucket = tl.where(bounded, crossing, -1)
+    else:
+        bound = tl.where(bounded, (crossing + 1) << HIST_SHIFT, _I32_MAX)
+    return bound, fine, fine_bucket
 
 
 @triton.jit
@@ -565,6 +631,7 @@ def _build_kernel(
     FCH: tl.constexpr = 0,  # a pool of at most FCH nodes is selected and ranked by one sort (0: never)
     CUT: tl.constexpr = False,  # a larger pool: its nodes below the last bound, when at most FCH, by that sort
     PRE_BOUND: tl.constexpr = False,  # a level not sorted at once: first drop survivors at or past _survivor_bound
+    AHEAD: tl.constexpr = 0,  # the bound also counts the best kept nodes' rank-0 descendants this many depths down
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (pdl.py)
 ):  # fmt: skip
@@ -605,6 +672,7 @@ def _build_kernel(
     n_parents = (b > 0).to(tl.int32)
     start_par = zero  # pool index of the parents' level
     pool_n = zero + 1  # next free pool entry
+    TOP: tl.constexpr = 256 // AHEAD if AHEAD > 0 else 1  # AHEAD's nodes: AHEAD x TOP descendants, one block
     cap = tl.minimum(zero + n_max, PCH)  # PRE_BOUND's cut: survivors held for one sort (comp holds n_max)
     while (d < max_depth) & (n_parents > 0):
         n_cand = tl.load(row_end_ptr + n_parents - 1)
@@ -658,12 +726,19 @@ def _build_kernel(
             )  # fmt: skip
         tl.debug_barrier()
         _stamp(clock_row, 4 + 4 * d, PROFILE)
-        if FINE_BITS > 0:
-            bound, fine, fine_bucket = _fine_bound(
-                hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH, HIST_BINS, HIST_SHIFT, FINE_BITS
-            )
+        if AHEAD > 0:
+            if n_kept == b:  # a full level: the kept keys alone bound loosely; count the descendants too
+                ahead, fine, fine_bucket = _ahead_bound(
+                    hist, fine, fine_bucket, b, pool_key, pool_score, pool_n, n_kept, lp_row + (d + 1) * s_ll, s_ll,
+                    max_depth - d - 1, held, PCH, HIST_BINS, HIST_SHIFT, FINE_BITS, AHEAD, TOP,
+                )  # fmt: skip
+                bound = tl.minimum(bound, ahead)
+            else:
+                bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
+                                                       HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
         else:
-            bound = _key_bound(hist, b, HIST_BINS, HIST_SHIFT)
+            bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
+                                                   HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
         lp_best = tl.load(lp_row + (d + 1) * s_ll, mask=d + 1 < max_depth, other=0.0)
         n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, PCH)
         _stamp(clock_row, 5 + 4 * d, PROFILE)
@@ -796,6 +871,7 @@ LAUNCH_KEYS = (
     "FCH",
     "CUT",
     "PRE_BOUND",
+    "AHEAD",
 )  # the overrides `build_tree_from_topk(launch=)` takes
 
 
@@ -818,6 +894,11 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     results/kernels/h200-2026-11-30h (batch 1, budget 256: 24.6 against 25.5 us, and 24.7 against 25.7 in
     another call, with CUT); CUT on there (25.5 against 26.8 us with FINE_BITS 8 in one call; with 6, 24.7 in
     call 2 against 25.7 with CUT=0 in call 4).
+    AHEAD stays off: in results/kernels/h200-2026-11-30j (call 4, builds stamped per phase) AHEAD=4 took chain-like
+    drafts (randn x 12) from 75.8 to 71.2 us at batch 1, budget 256 (level 1's radix selection 10.0 -> 6.3 us, level
+    3's gone, each full level's bound 1.1 -> 2.0-2.6 us) and from 41.1 to 35.7 at batch 64, budget 64, but the
+    benchmark's default drafts from 20.0 to 21.0 at batch 1, budget 256 (10.5 at batch 64, budget 64 either way);
+    in rounds (call 5) 49.6 us on the default drafts at batch 1, budget 256, against 47.6-47.9 without.
     """
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
@@ -841,6 +922,7 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "FCH": min(512, 4 * pch),
         "CUT": True,
         "PRE_BOUND": False,  # not timed yet: build_tune --launch PRE_BOUND=1
+        "AHEAD": 0,  # off: results/kernels/h200-2026-11-30j (chain-like drafts faster, the default ones slower)
     } | launch
 
 
@@ -856,6 +938,9 @@ def _checked(launch: dict) -> dict:
     fine_bits = launch.get("FINE_BITS", 0)
     if isinstance(fine_bits, bool) or not isinstance(fine_bits, int) or not 0 <= fine_bits <= 8:
         raise ValueError(f"FINE_BITS must be an int in [0, 8], got {fine_bits!r}")
+    ahead = launch.get("AHEAD", 0)
+    if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0 or ahead & (ahead - 1) or ahead > 64:
+        raise ValueError(f"AHEAD must be 0 or a power of two up to 64, got {ahead!r}")
     fch = launch.get("FCH", 0)
     if isinstance(fch, bool) or not isinstance(fch, int) or fch < 0 or fch & (fch - 1) or fch > 4096:
         raise ValueError(f"FCH must be 0 or a power of two up to 4096, got {fch!r}")
