@@ -354,13 +354,25 @@ def _fine_bound(
     buckets' before it plus the fine ones up to the fine bucket where the count reaches b, so at least b kept
     keys are smaller than any key at or beyond it, as step 4 asks; it is never looser than `_key_bound`."""
     crossing, below, bounded = _crossing(hist, b, HIST_BINS)
+    fine, fine_bucket = _kept_fine(fine, fine_bucket, crossing, bounded, pool_key, pool_n, n_kept, PCH, HIST_SHIFT,
+                                   FINE_BITS)  # fmt: skip
+    return _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS), fine, fine_bucket
+
+
+@triton.jit
+def _kept_fine(
+    fine, fine_bucket, crossing, bounded, pool_key, pool_n, n_kept,
+    PCH: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
+):  # fmt: skip
+    """The kept keys of bucket `crossing` by their next FINE_BITS bits, and that bucket (-1 unless bounded): when it
+    is the bucket fine already counts (fine_bucket), only the level just appended (pool[pool_n:][:n_kept]) is added,
+    else every kept key (pool[1:]) is counted again."""
     same = crossing == fine_bucket
     fine = tl.where(same, fine, 0)
     first = tl.where(same, pool_n, 1)
     end = tl.where(bounded, pool_n + n_kept, first)
     fine = _fine_hist(fine, pool_key, first, end, crossing, PCH, HIST_SHIFT, FINE_BITS)
-    bound = _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
-    return bound, fine, tl.where(bounded, crossing, -1)
+    return fine, tl.where(bounded, crossing, -1)
 
 
 @triton.jit
@@ -413,8 +425,8 @@ def _ahead_bound(
     as the expand adds a child's, and the chain's (held, key 0) stay 0 while finite. They are real nodes, distinct
     from each other and from every kept one (all shallower), so at least b distinct nodes lie below the bound: it is
     as valid as `_fine_bound`'s, and on chain-like drafts, where each kept node heads a chain of near-equal scores,
-    much tighter. fine and fine_bucket as `_fine_bound` keeps them (its kept keys counted again when the bucket
-    moves). Returns (bound, fine, fine_bucket)."""
+    much tighter. fine and fine_bucket as `_fine_bound` keeps them (`_kept_fine`). Returns (bound, fine,
+    fine_bucket)."""
     offs = tl.arange(0, TOP)
     top = offs < tl.minimum(n_kept, TOP)
     key = tl.load(pool_key + pool_n + offs, mask=top, other=0)
@@ -426,19 +438,15 @@ def _ahead_bound(
     chain = (held != 0) & (key[None, :] == 0) & (ext > float("-inf"))
     ext_key = tl.reshape(tl.where(chain, 0, _score_key(ext) + held), [AHEAD * TOP])
     exists = tl.reshape((rows < n_ext) & top[None, :], [AHEAD * TOP])
-    crossing, below, bounded = _crossing(hist + tl.histogram(ext_key >> HIST_SHIFT, HIST_BINS, mask=exists), b,
-                                         HIST_BINS)  # fmt: skip
+    count = hist + tl.histogram(ext_key >> HIST_SHIFT, HIST_BINS, mask=exists)
     if FINE_BITS > 0:
-        same = crossing == fine_bucket
-        fine = tl.where(same, fine, 0)
-        first = tl.where(same, pool_n, 1)
-        end = tl.where(bounded, pool_n + n_kept, first)
-        fine = _fine_hist(fine, pool_key, first, end, crossing, PCH, HIST_SHIFT, FINE_BITS)
+        crossing, below, bounded = _crossing(count, b, HIST_BINS)
+        fine, fine_bucket = _kept_fine(fine, fine_bucket, crossing, bounded, pool_key, pool_n, n_kept, PCH,
+                                       HIST_SHIFT, FINE_BITS)  # fmt: skip
         split = fine + _fine_count(ext_key, exists, crossing, HIST_SHIFT, FINE_BITS)
         bound = _split_bound(split, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
-        fine_bucket = tl.where(bounded, crossing, -1)
     else:
-        bound = tl.where(bounded, (crossing + 1) << HIST_SHIFT, _I32_MAX)
+        bound = _key_bound(count, b, HIST_BINS, HIST_SHIFT)
     return bound, fine, fine_bucket
 
 
@@ -895,8 +903,8 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     another call, with CUT); CUT on there (25.5 against 26.8 us with FINE_BITS 8 in one call; with 6, 24.7 in
     call 2 against 25.7 with CUT=0 in call 4).
     AHEAD stays off: in results/kernels/h200-2026-11-30j (call 4, builds stamped per phase) AHEAD=4 took chain-like
-    drafts (randn x 12) from 75.8 to 71.2 us at batch 1, budget 256 (level 1's radix selection 10.0 -> 6.3 us, level
-    3's gone, each full level's bound 1.1 -> 2.0-2.6 us) and from 41.1 to 35.7 at batch 64, budget 64, but the
+    drafts (randn x 12) from 75.8 to 71.2 us at batch 1, budget 256 (level 1's radix selection 10.1 -> 6.3 us, each
+    full level's bound 1.1-1.6 -> 1.9-2.4 us) and from 41.1 to 35.7 at batch 64, budget 64, but the
     benchmark's default drafts from 20.0 to 21.0 at batch 1, budget 256 (10.5 at batch 64, budget 64 either way);
     in rounds (call 5) 49.6 us on the default drafts at batch 1, budget 256, against 47.6-47.9 without.
     """
