@@ -39,8 +39,8 @@ from ddbench.kernel_bench import draft_logits, launch_label, parse_ints, parse_l
 
 LENGTH = 16
 KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS", "SORT_SURVIVORS", "FCH", "CUT",
-        "PRE_BOUND", "AHEAD")
-FLAGS = ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND")  # the bool keys
+        "PRE_BOUND", "AHEAD", "RANK_LIMIT", "SMALL")
+FLAGS = ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT")  # the bool keys
 # tree_build.LAUNCH_KEYS, in column order
 COLUMNS = ("batch", "budget", "logit_scale", "max_depth", *KEYS, "us", "equal", "mean_depth", "note")
 PHASE_COLUMNS = ("batch", "budget", "logit_scale", "launch", "phase", "us")
@@ -198,7 +198,7 @@ def main(
     launch: Annotated[
         str,
         typer.Option(help="More launches, ';' between launches, each key=value pairs of tree_build.LAUNCH_KEYS "
-                     "(0 / 1 for SORT_RANKS, SORT_SURVIVORS, CUT and PRE_BOUND); phases.csv stamps each. The default "
+                     "(0 / 1 for SORT_RANKS, SORT_SURVIVORS, CUT, PRE_BOUND and RANK_LIMIT); phases.csv stamps each. The default "
                      "tries the former defaults: FINE_BITS=0 (the bound's bucket not split), SORT_SURVIVORS=0 (levels "
                      "selected, not sorted), FCH=0 (final nodes selected, not sorted), together and alone.")
     ] = "FINE_BITS=0,SORT_SURVIVORS=0,FCH=0;FINE_BITS=0;SORT_SURVIVORS=0;FCH=0",

@@ -192,6 +192,12 @@ def test_build_holding_the_chain_equals_reference():
         {"AHEAD": 64, "FINE_BITS": 0},
         {"AHEAD": 8, "FINE_BITS": 3, "HIST_BINS": 2},
         {"AHEAD": 2, "PRE_BOUND": True, "SORT_SURVIVORS": False},
+        {"RANK_LIMIT": True},
+        {"RANK_LIMIT": True, "HIST_BINS": 2},
+        {"RANK_LIMIT": True, "FINE_BITS": 8, "SMALL": 8},
+        {"SMALL": 16, "PRE_BOUND": True, "SORT_SURVIVORS": False},
+        {"SMALL": 64, "RANK_LIMIT": True, "PRE_BOUND": True},
+        {"SMALL": 4, "RANK_LIMIT": True, "AHEAD": 4, "CHUNK": 16, "QCH": 2},
     ],
 )
 def test_build_launch_overrides_keep_the_trees(launch):

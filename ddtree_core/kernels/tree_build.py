@@ -202,20 +202,25 @@ def _sort_pairs(key, low):
 
 @triton.jit
 def _expand_level(
-    lp_row, s_ll, s_lk, pairs_ptr, n_cand, d, b, held, bound, start_par, pool_score,
+    lp_row, s_ll, s_lk, pairs_ptr, n_cand, tile_bits, n_ranks, d, b, held, bound, start_par, pool_score,
     cand_key, cand_pk, cand_score, CHUNK: tl.constexpr,
 ):  # fmt: skip
     """Step 1: score the candidate pairs of the level below depth d, keep those under `bound`,
-    compact them in (i, r) order. Returns how many survive."""
+    compact them in (i, r) order. Returns how many survive. The pairs are the static table's first n_cand, or
+    with tile_bits >= 0 (RANK_LIMIT) the tile i = j >> tile_bits, r = j & (2**tile_bits - 1) of the ranks
+    r < n_ranks (`_rank_limit`), the same pairs in the same order less ones that cannot pass the bound."""
     offs = tl.arange(0, CHUNK)
+    tiled = tile_bits >= 0
+    shift = tl.maximum(tile_bits, 0)
     n_valid = n_cand * 0
     c0 = n_cand * 0
     while c0 < n_cand:
         j = c0 + offs
-        pair = tl.load(pairs_ptr + j, mask=j < n_cand, other=0)
+        pair = tl.load(pairs_ptr + j, mask=(j < n_cand) & (tiled == 0), other=0)
+        pair = tl.where(tiled, ((j >> shift) << 16) | (j & ((1 << shift) - 1)), pair)
         i = pair >> 16
         r = pair & 0xFFFF
-        valid = (j < n_cand) & ((i + 1) * (r + 1) <= b)
+        valid = (j < n_cand) & ((i + 1) * (r + 1) <= b) & (r < n_ranks)
         parent_score = tl.load(pool_score + start_par + i, mask=valid, other=0.0)
         score = parent_score + tl.load(lp_row + d * s_ll + r * s_lk, mask=valid, other=0.0)
         chain = (held != 0) & (i == 0) & (r == 0) & (score > float("-inf"))
@@ -228,6 +233,23 @@ def _expand_level(
         n_valid += tl.sum(valid.to(tl.int32), 0)
         c0 += CHUNK
     return n_valid
+
+
+@triton.jit
+def _rank_limit(lp_level, s_lk, k, parent_score, held, bound, BLOCK: tl.constexpr):
+    """RANK_LIMIT: how many of the level's k ranks can give a child below `bound`, at least 1: the ranks r whose child
+    of a parent scoring parent_score (the level's first parent: the chain node, all ranks 0, or else the smallest key,
+    either way the best score of its depth) has the expand's key below it. lp_level is sorted best first and float addition is monotone, so for every parent and every r at or past the
+    count the key is at least the bound (the chain's pair (0, 0), of key 0, has r = 0): the expand would drop them."""
+    offs = tl.arange(0, BLOCK)
+    count = k * 0
+    r0 = k * 0
+    while r0 < k:
+        r = r0 + offs
+        score = parent_score + tl.load(lp_level + r * s_lk, mask=r < k, other=float("-inf"))
+        count += tl.sum(((r < k) & (_score_key(score) + held < bound)).to(tl.int32), 0)
+        r0 += BLOCK
+    return tl.maximum(count, 1)
 
 
 @triton.jit
@@ -640,6 +662,8 @@ def _build_kernel(
     CUT: tl.constexpr = False,  # a larger pool: its nodes below the last bound, when at most FCH, by that sort
     PRE_BOUND: tl.constexpr = False,  # a level not sorted at once: first drop survivors at or past _survivor_bound
     AHEAD: tl.constexpr = 0,  # the bound also counts the best kept nodes' rank-0 descendants this many depths down
+    RANK_LIMIT: tl.constexpr = False,  # a bounded level expands only the ranks the best parent's children can pass
+    SMALL: tl.constexpr = 0,  # lists of at most SMALL entries take passes of that block (a power of two; 0: never)
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (pdl.py)
 ):  # fmt: skip
@@ -682,18 +706,39 @@ def _build_kernel(
     pool_n = zero + 1  # next free pool entry
     TOP: tl.constexpr = 256 // AHEAD if AHEAD > 0 else 1  # AHEAD's nodes: AHEAD x TOP descendants, one block
     cap = tl.minimum(zero + n_max, PCH)  # PRE_BOUND's cut: survivors held for one sort (comp holds n_max)
+    SB: tl.constexpr = SMALL if SMALL > 0 else 1  # the block of short lists (SMALL = 0 never takes it)
+    QS: tl.constexpr = SB if QCH > SB else QCH
+    k_ranks = tl.load(row_end_ptr)  # parent 0's pairs: min(K, N) ranks
     while (d < max_depth) & (n_parents > 0):
         n_cand = tl.load(row_end_ptr + n_parents - 1)
-        n_valid = _expand_level(
-            lp_row, s_ll, s_lk, pairs_ptr, n_cand, d, b, held, bound, start_par, pool_score,
-            cand_key, cand_pk, cand_score, CHUNK,
-        )  # fmt: skip
+        tile_bits = zero - 1  # the pair table
+        n_ranks = zero + _I32_MAX
+        if RANK_LIMIT & (bound < _I32_MAX):  # parent 0 scores best: the chain (all ranks 0) or the smallest key
+            best = tl.load(pool_score + start_par)
+            n_ranks = _rank_limit(lp_row + d * s_ll, s_lk, k_ranks, best, held, bound, PCH)
+            bits = _bit_length(n_ranks - 1)
+            if (n_parents << bits) < n_cand:
+                n_cand = n_parents << bits
+                tile_bits = bits
+        if (SMALL > 0) & (n_cand <= SB):
+            n_valid = _expand_level(
+                lp_row, s_ll, s_lk, pairs_ptr, n_cand, tile_bits, n_ranks, d, b, held, bound, start_par, pool_score,
+                cand_key, cand_pk, cand_score, SB,
+            )  # fmt: skip
+        else:
+            n_valid = _expand_level(
+                lp_row, s_ll, s_lk, pairs_ptr, n_cand, tile_bits, n_ranks, d, b, held, bound, start_par, pool_score,
+                cand_key, cand_pk, cand_score, CHUNK,
+            )  # fmt: skip
         tl.debug_barrier()
         _stamp(clock_row, 2 + 4 * d, PROFILE)
         n_kept = tl.minimum(n_valid, b)
         # A list in (i, r) order whose keys never decrease is in level order as it stands: no ranks needed
         # (always at level 0, whose candidates (0, r) follow the best-first lists; so with one parent).
-        in_order = _ascending(cand_key, n_valid, CHUNK)
+        if (SMALL > 0) & (n_valid <= SB):
+            in_order = _ascending(cand_key, n_valid, SB)
+        else:
+            in_order = _ascending(cand_key, n_valid, CHUNK)
         sort_once = SORT_SURVIVORS & (n_valid > b) & (n_valid <= SCH)
         n_below = cap + 1  # survivors below their own bound, once counted (PRE_BOUND): more than cap, none counted
         if PRE_BOUND & (n_valid > b) & (sort_once == 0):
@@ -701,11 +746,24 @@ def _build_kernel(
                                         FINE_BITS)  # fmt: skip
             n_below = _compact_below(cand_key, cand_pk, n_valid, level_cut, comp_key, comp_pk, cap, False, CHUNK)
             tl.debug_barrier()
-        if sort_once:
+        if sort_once & (SMALL > 0) & (n_valid <= SB):
+            _stamp(clock_row, 3 + 4 * d, PROFILE)
+            hist = _append_sorted(
+                cand_key, cand_pk, n_valid, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
+                lp_row + d * s_ll, s_lk, SB, HIST_BINS, HIST_SHIFT,
+            )  # fmt: skip
+        elif sort_once:
             _stamp(clock_row, 3 + 4 * d, PROFILE)
             hist = _append_sorted(
                 cand_key, cand_pk, n_valid, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
                 lp_row + d * s_ll, s_lk, SCH, HIST_BINS, HIST_SHIFT,
+            )  # fmt: skip
+        elif (SMALL > 0) & (n_below <= cap) & (n_below <= SB):  # PRE_BOUND left a short list
+            n_kept = tl.minimum(n_below, b)
+            _stamp(clock_row, 3 + 4 * d, PROFILE)
+            hist = _append_sorted(
+                comp_key, comp_pk, n_below, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
+                lp_row + d * s_ll, s_lk, SB, HIST_BINS, HIST_SHIFT,
             )  # fmt: skip
         elif n_below <= cap:  # PRE_BOUND left at most a block of ranks: one sort of it keeps the level's best
             n_kept = tl.minimum(n_below, b)
@@ -725,6 +783,12 @@ def _build_kernel(
             hist = _append_level(
                 comp_key, comp_pk, comp_score, n_kept, in_order, d + 1, pool_n, pool_key, pool_pk, pool_score,
                 pool_depth, hist, lp_row + d * s_ll, s_lk, PCH, QCH, HIST_BINS, HIST_SHIFT, SORT_RANKS,
+            )  # fmt: skip
+        elif (SMALL > 0) & (n_valid <= SB):
+            _stamp(clock_row, 3 + 4 * d, PROFILE)
+            hist = _append_level(
+                cand_key, cand_pk, cand_score, n_kept, in_order, d + 1, pool_n, pool_key, pool_pk, pool_score,
+                pool_depth, hist, lp_row + d * s_ll, s_lk, SB, QS, HIST_BINS, HIST_SHIFT, SORT_RANKS,
             )  # fmt: skip
         else:
             _stamp(clock_row, 3 + 4 * d, PROFILE)
@@ -748,7 +812,10 @@ def _build_kernel(
             bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
                                                    HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
         lp_best = tl.load(lp_row + (d + 1) * s_ll, mask=d + 1 < max_depth, other=0.0)
-        n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, PCH)
+        if (SMALL > 0) & (n_kept <= SB):
+            n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, SB)
+        else:
+            n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, PCH)
         _stamp(clock_row, 5 + 4 * d, PROFILE)
         start_par = pool_n
         pool_n += n_kept
@@ -880,6 +947,8 @@ LAUNCH_KEYS = (
     "CUT",
     "PRE_BOUND",
     "AHEAD",
+    "RANK_LIMIT",
+    "SMALL",
 )  # the overrides `build_tree_from_topk(launch=)` takes
 
 
@@ -931,6 +1000,8 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "CUT": True,
         "PRE_BOUND": False,  # not timed yet: build_tune --launch PRE_BOUND=1
         "AHEAD": 0,  # off: results/kernels/h200-2026-11-30j (chain-like drafts faster, the default ones slower)
+        "RANK_LIMIT": False,
+        "SMALL": 0,
     } | launch
 
 
@@ -940,7 +1011,7 @@ def _checked(launch: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
     limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384}
-    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND"):
+    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT"):
         if not isinstance(launch.get(key, False), bool):
             raise ValueError(f"{key} must be a bool, got {launch[key]!r}")
     fine_bits = launch.get("FINE_BITS", 0)
@@ -949,6 +1020,9 @@ def _checked(launch: dict) -> dict:
     ahead = launch.get("AHEAD", 0)
     if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0 or ahead & (ahead - 1) or ahead > 64:
         raise ValueError(f"AHEAD must be 0 or a power of two up to 64, got {ahead!r}")
+    small = launch.get("SMALL", 0)
+    if isinstance(small, bool) or not isinstance(small, int) or small < 0 or small & (small - 1) or small > 1024:
+        raise ValueError(f"SMALL must be 0 or a power of two up to 1024, got {small!r}")
     fch = launch.get("FCH", 0)
     if isinstance(fch, bool) or not isinstance(fch, int) or fch < 0 or fch & (fch - 1) or fch > 4096:
         raise ValueError(f"FCH must be 0 or a power of two up to 4096, got {fch!r}")

@@ -13,6 +13,7 @@ import sys
 
 import torch
 
+from ddbench.build_tune import FLAGS
 from ddbench.kernel_bench import draft_logits, parse_launches
 from ddtree_core.kernels import topk, tree_build
 
@@ -22,8 +23,7 @@ LENGTH = 16
 def main(out: str, cell: str, scale: str, text: str) -> None:
     batch, budget = (int(x) for x in cell.split("x"))
     lists = topk.draft_topk(draft_logits(batch, LENGTH, 152064, float(scale), 0, "cuda"), budget, 1.0)
-    flags = ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND")
-    launches = [{}] + parse_launches(text, tree_build.LAUNCH_KEYS, flags)
+    launches = [{}] + parse_launches(text, tree_build.LAUNCH_KEYS, FLAGS)
     clock = torch.zeros(batch, tree_build.clock_slots(LENGTH), dtype=torch.int64, device="cuda")
     rows, expected = [], None
     for launch in launches:
