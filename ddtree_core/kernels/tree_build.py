@@ -237,10 +237,11 @@ def _expand_level(
 
 @triton.jit
 def _rank_limit(lp_level, s_lk, k, parent_score, held, bound, BLOCK: tl.constexpr):
-    """RANK_LIMIT: how many of the level's k ranks can give a child below `bound`, at least 1: the ranks r whose child
-    of a parent scoring parent_score (the level's first parent: the chain node, all ranks 0, or else the smallest key,
-    either way the best score of its depth) has the expand's key below it. lp_level is sorted best first and float addition is monotone, so for every parent and every r at or past the
-    count the key is at least the bound (the chain's pair (0, 0), of key 0, has r = 0): the expand would drop them."""
+    """RANK_LIMIT: how many of the level's k ranks can give a child below `bound`, at least 1: the ranks r whose
+    child of a parent scoring parent_score (the level's first parent: the chain node, all ranks 0, or else the
+    smallest key, either way the best score of its depth) has the expand's key below it. lp_level is sorted best first
+    and float addition is monotone, so for every parent and every r at or past the count the key is at least the
+    bound (the chain's pair (0, 0), of key 0, has r = 0): the expand would drop them."""
     offs = tl.arange(0, BLOCK)
     count = k * 0
     r0 = k * 0
