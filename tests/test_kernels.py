@@ -258,6 +258,11 @@ def test_build_rejects_bad_launch():
     for bad in (3, 128, -1, True):
         with pytest.raises(ValueError, match="AHEAD"):
             tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"AHEAD": bad})
+    for bad in (3, 2048, -1, True):
+        with pytest.raises(ValueError, match="SMALL"):
+            tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"SMALL": bad})
+    with pytest.raises(ValueError, match="RANK_LIMIT must be a bool"):
+        tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"RANK_LIMIT": 1})
     for bad in (9, -1, True, 2.0):
         with pytest.raises(ValueError, match="FINE_BITS"):
             tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"FINE_BITS": bad})
