@@ -225,6 +225,63 @@ def test_build_launch_overrides_keep_the_trees(launch):
             assert_same(out, ref)
 
 
+def test_build_by_deviations_equals_reference():
+    """TAILS (the tree as the chain and rank-0 chains below each deviation) on every logit flavour, held or not, with
+    per-request budgets: exact ties (integer logits; bf16) take the passes that order a tie group by its parents'
+    places. It builds most requests itself (paths) and hands the rest to the level build with nothing lost: small
+    tiles (TB 32, many steps), a 2-bucket histogram (the loosest bounds) and a final sort of 16 (count > cap)."""
+    from ddtree_core.kernels import tree_build
+
+    rng = random.Random(5)
+    generator = torch.Generator().manual_seed(5)
+    built = {}
+    for launch in ({"TAILS": True}, {"TAILS": True, "TB": 32, "FS": 16, "FINE_BITS": 0, "HIST_BINS": 2}):
+        built[len(launch)] = [0, 0]
+        for _ in range(10):
+            batch, length, vocab = rng.choice([1, 3]), rng.choice([1, 3, 8, 16]), rng.choice([3, 16, 60, 300])
+            max_budget = rng.choice([1, 7, 16, 40, 64])
+            kind = rng.choice(["randn", "bf16", "ties", "inf", "peaked", "sharp"])
+            if kind == "sharp":  # chain-like: deep trees, few deviations
+                logits = torch.randn(batch, length, vocab, generator=generator) * 12
+            else:
+                logits = make_logits(kind, batch, length, vocab, generator)
+            topk = draft_topk(logits.to(DEVICE), min(max_budget, vocab), impl="reference")
+            budgets = torch.tensor([rng.randint(0, max_budget) for _ in range(batch)], device=DEVICE)
+            budgets[0] = max_budget
+            depth = rng.randint(1, length)
+            for hold in (False, torch.tensor([rng.random() < 0.5 for _ in range(batch)], device=DEVICE)):
+                ref = build_tree_from_topk(topk, budgets, max_depth=depth, max_budget=max_budget, hold_chain=hold,
+                                           impl="reference")  # fmt: skip
+                paths = torch.zeros(batch, dtype=torch.int32, device=DEVICE)
+                out = tree_build.build_tree_from_topk(topk, budgets, depth, max_budget, hold, launch=launch,
+                                                      paths=paths)  # fmt: skip
+                assert_same(out, ref)
+                built[len(launch)][0] += int(paths.sum())
+                built[len(launch)][1] += batch - int(paths.sum())
+    assert min(built[1]) > 0, built  # some by deviations, some handed over (wide drafts among them)
+    assert min(built[5]) > 0, built
+
+
+def test_build_by_deviations_orders_tie_groups_by_their_parents():
+    """Integer log-probs: many nodes share key and depth, and their order is their parents' (then their ranks'). The
+    tails build must make these trees itself and match the reference. One sort by (key, depth, entry) fails the
+    first lists; one more pass by the parents' places fails the second (budget 14), whose depth-3 ties follow
+    depth-2 ties that the first pass has only just ordered. At budget 3 the first lists are wide (the chain's
+    deepest node, -3, scores below the third depth-1 node, -2): the level build takes them."""
+    from ddtree_core.kernels import tree_build
+
+    first = [[-1.0, -1.0, -2.0], [-1.0, -1.0, -2.0], [-1.0, -1.0, -2.0]]
+    second = [[-1.0, -1.0, -2.0], [0.0, 0.0, -1.0], [0.0, -1.0, -1.0], [0.0, -2.0, -2.0]]
+    for rows, budget, by_tails in ((first, 3, 0), (first, 5, 1), (first, 9, 1), (first, 12, 1), (second, 14, 1)):
+        log_probs = torch.tensor([rows], device=DEVICE)
+        topk = DraftTopK(log_probs, torch.arange(log_probs.numel(), device=DEVICE).reshape(log_probs.shape))
+        ref = build_tree_from_topk(topk, budget, max_budget=budget, impl="reference")
+        paths = torch.zeros(1, dtype=torch.int32, device=DEVICE)
+        out = tree_build.build_tree_from_topk(topk, budget, len(rows), budget, launch={"TAILS": True}, paths=paths)
+        assert_same(out, ref)
+        assert paths.tolist() == [by_tails]
+
+
 def test_build_ahead_counts_only_descendants_within_the_depth_limit():
     """AHEAD's bound on drafts cut short by max_depth: the descendants it counts stop at the limit (a node past it
     would tighten the bound with one the tree can never hold; counting one depth more fails here)."""

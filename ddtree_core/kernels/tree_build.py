@@ -67,6 +67,28 @@ Worked example (tree.py's: K = 2, budget 4, log-probs a -0.1 b -2.5 | c -0.2 d -
 Cost per level: one pass over the candidates (about b ln b), a few histogram passes only when more
 than b survive, and a sort of b keys (or b * b compares); levels that the bound empties cost nothing, so a
 flat tree (uniform drafts) stops after a level or two.
+
+The build by deviations (TAILS, a launch key, off by default; `_tail_build`). A deep tree is mostly chains of
+rank-0 steps: every node is a head (the root, or a child of rank >= 1) followed by t >= 0 steps of rank 0, and in
+CPU draws like the kernel benchmark's drafts (randn x 4 and x 12; one request at budget 256, four at 64) no tree
+node has more than two heads below the root, while the level build takes one level per depth (11 at batch 1,
+budget 256 on the chain-like drafts). So TAILS takes levels of
+deviations: level 0 is the chain; level k + 1 is every child of rank >= 1 of a level-k node below the bound (a
+prefix of each parent's ranks, `_tail_heads`), each with its chain of rank 0 down to where the key reaches the
+bound (`_tail_chains`; keys never decrease down a path). Every node of key below the bound is found once (its
+ancestors have smaller or equal keys, so they were found, and were parents, before it). The bound starts at the
+tighter of two (each below b distinct real nodes): the depth-1 node of rank b - 1's key + 1, and step 4's bound
+over the chain and its one-deviation nodes of rank < 16 with their chains (`_deviation_keys`); after each level
+it is step 4's over every node found. The final nodes are then the b first of all nodes below the bound in pop
+order, (key, depth, position in the level), a position being the level's order by (key, parent's position, rank):
+one sort by (key, depth, entry) when no two of the first b + 1 share key and depth, else sorts by (that pair's
+group, the parent's place in the last order, rank) until the order stands still (`_pop_order`; bf16 drafts tie
+often). Scores are the level build's float32 sums, one depth at a time. The level build takes over when the drafts
+are wide (the chain's deepest node scores below the depth-1 node of rank b - 1) or when the nodes below the bound
+outgrow the pool or the final sort. On an H200 (results/kernels/h200-2026-12-01b, call 4) TAILS built the
+chain-like drafts (randn x 12) in 70.1 us against 76.5 at batch 1, budget 256 (the start 8.0, the levels 42.7,
+the pop order 17.2), and in 36.2 against 41.2 at batch 64, budget 64; the default drafts (x 4) went to the level
+build, 21.8 against 20.2 and 10.5 against 10.5.
 """
 
 from __future__ import annotations
@@ -299,11 +321,17 @@ def _pool_write(
     HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr,
 ):  # fmt: skip
     """Write kept nodes to the pool at `slot`; returns the kept-key histogram with their keys added."""
+    _pool_store(slot, key, pk, score, pk * 0 + depth, mask, pool_key, pool_pk, pool_score, pool_depth)
+    return hist + tl.histogram(key >> HIST_SHIFT, HIST_BINS, mask=mask)
+
+
+@triton.jit
+def _pool_store(slot, key, pk, score, depth, mask, pool_key, pool_pk, pool_score, pool_depth):
+    """Pool entries at `slot`: key, pk = parent entry << 16 | rank, score, depth."""
     tl.store(pool_key + slot, key, mask=mask)
     tl.store(pool_pk + slot, pk, mask=mask)
     tl.store(pool_score + slot, score, mask=mask)
-    tl.store(pool_depth + slot, pk * 0 + depth, mask=mask)
-    return hist + tl.histogram(key >> HIST_SHIFT, HIST_BINS, mask=mask)
+    tl.store(pool_depth + slot, depth, mask=mask)
 
 
 @triton.jit
@@ -621,82 +649,271 @@ def _compact_below(src_key, src_pk, n, bound, dst_key, dst_pk, cap, FROM_POOL: t
     return n_sel
 
 
-@triton.jit(do_not_specialize=["budget", "max_depth", "n_max", "n_pairs", "pool_size"])
-def _build_kernel(
-    lp_ptr,  # [B, L, K] float32: log-probs of each depth's top-K tokens, best first
-    ids_ptr,  # [B, L, K] int64: their token ids
-    budget_ptr,  # [B] int64: per-request budgets (read when PER_REQUEST_BUDGET)
-    budget,  # int: the budget of every request (when not PER_REQUEST_BUDGET)
-    hold_ptr,  # [B] bool: the requests that hold the chain (read when HOLD == 2)
-    pairs_ptr,  # [n_pairs] int32: candidate pairs i << 16 | r, i-major
-    row_end_ptr,  # [n_max] int32: row_end[i] = number of pairs with parent position <= i
-    ws_int_ptr,  # [B, 2 n_pairs + 2 n_max + 4 pool_size] int32 scratch
-    ws_flt_ptr,  # [B, n_pairs + n_max + pool_size] float32 scratch
-    tok_out,  # [B, n_max] int64: node i's token at column i-1; -1 padding
-    par_out,  # [B, n_max + 1] int64: parent node index; root and padding -1
-    dep_out,  # [B, n_max + 1] int64: depth; root 0, padding -1
-    cnt_out,  # [B] int64: nodes of each tree
-    score_out,  # [B, n_max + 1] float32: path log-prob; root 0, padding -inf
-    rank_out,  # [B, n_max + 1] int64: rank of the node's token at its depth; root and padding -1
-    clock_ptr,  # [B, clock_slots(max_depth)] int64: phase stamps (read when PROFILE)
-    s_lb, s_ll, s_lk,  # strides of lp_ptr (elements)
-    s_ib, s_il, s_ik,  # strides of ids_ptr (elements)
-    max_depth,  # int: levels to build, 1 <= max_depth <= L
-    n_max,  # int: N, the largest budget (tree width N + 1)
-    n_pairs,  # int: entries of pairs_ptr
-    pool_size,  # int: 1 + max_depth * n_max, the most nodes the levels can keep (root included)
-    PER_REQUEST_BUDGET: tl.constexpr,  # budgets come from budget_ptr
-    HOLD: tl.constexpr,  # hold the chain: 0 no request, 1 every request, 2 those set in hold_ptr
-    CHUNK: tl.constexpr,  # candidates per block of the expand / select / compact passes
-    PCH: tl.constexpr,  # kept entries ranked per block
-    QCH: tl.constexpr,  # entries compared per step of a rank block (a [QCH, PCH] tile)
-    WCH: tl.constexpr,  # output columns per block
-    LOG_BINS: tl.constexpr,  # radix-selection digit bits
-    HIST_BINS: tl.constexpr,  # buckets of the kept-key histogram (256: keys >> 23; 2048: keys >> 20)
-    HIST_SHIFT: tl.constexpr,  # key bits below a bucket
-    SORT_RANKS: tl.constexpr = False,  # order levels and the final nodes by tl.sort, not rank counts (N <= PCH)
-    FINE_BITS: tl.constexpr = 0,  # split the bound's bucket by this many more key bits (_fine_bound; 0: off)
-    SORT_SURVIVORS: tl.constexpr = False,  # a level with b < survivors <= SCH: one sort, no selection
-    # (_launch_config turns FINE_BITS, SORT_SURVIVORS and FCH on; these defaults are the plain build)
-    SCH: tl.constexpr = 16,  # survivors sorted at once when SORT_SURVIVORS (a power of two)
-    FCH: tl.constexpr = 0,  # a pool of at most FCH nodes is selected and ranked by one sort (0: never)
-    CUT: tl.constexpr = False,  # a larger pool: its nodes below the last bound, when at most FCH, by that sort
-    PRE_BOUND: tl.constexpr = False,  # a level not sorted at once: first drop survivors at or past _survivor_bound
-    AHEAD: tl.constexpr = 0,  # the bound also counts the best kept nodes' rank-0 descendants this many depths down
-    RANK_LIMIT: tl.constexpr = False,  # a bounded level expands only the ranks the best parent's children can pass
-    SMALL: tl.constexpr = 0,  # lists of at most SMALL entries take passes of that block (a power of two; 0: never)
-    PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
-    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (pdl.py)
+@triton.jit
+def _tail_key(score, chain, held):
+    """A node's key as the expand gives it: 0 on the held chain while finite, else bits(-score) + held."""
+    return tl.where(chain & (held != 0) & (score > float("-inf")), 0, _score_key(score) + held)
+
+
+@triton.jit
+def _deviation_keys(
+    lp_row, s_ll, s_lk, pool_score, max_depth, kr, held, FD: tl.constexpr, FR: tl.constexpr,
 ):  # fmt: skip
-    wait_for_inputs(PDL)
-    pid = tl.program_id(0)
-    zero = pid * 0
-    clock_row = clock_ptr + pid * (4 * max_depth + 6)
-    _stamp(clock_row, 0, PROFILE, True)
-    _stamp(clock_row, 1, PROFILE)
-    if PER_REQUEST_BUDGET:
-        b = tl.minimum(tl.load(budget_ptr + pid), n_max).to(tl.int32)
-    else:
-        b = zero + budget
-    b = tl.maximum(tl.minimum(b, n_max), 0)
-    if HOLD == 2:
-        held = tl.load(hold_ptr + pid).to(tl.int32)
-    else:
-        held = zero + HOLD
-    lp_row = lp_ptr + pid * s_lb
-    ws_int = ws_int_ptr + pid * (2 * n_pairs + 2 * n_max + 4 * pool_size)
-    ws_flt = ws_flt_ptr + pid * (n_pairs + n_max + pool_size)
-    cand_key, cand_pk, cand_score = ws_int, ws_int + n_pairs, ws_flt
-    comp_key, comp_pk, comp_score = ws_int + 2 * n_pairs, ws_int + 2 * n_pairs + n_max, ws_flt + n_pairs
-    pool_key = ws_int + 2 * n_pairs + 2 * n_max
-    pool_pk, pool_depth, node_of = pool_key + pool_size, pool_key + 2 * pool_size, pool_key + 3 * pool_size
-    pool_score = ws_flt + n_pairs + n_max
-    inv = comp_pk  # free once the final nodes are ranked into node_of
+    """The keys [FD * FR, FD] of every one-deviation node of rank < FR, and which exist: row t * FR + r holds the chain
+    to depth t (pool entry t; the root at 0), then rank r in [1, min(FR, kr)) at depth t + 1, column j its node of
+    depth t + 1 + j (ranks 0 after the deviation). Distinct real nodes, none on the chain, scored as the expand
+    scores them (the parent's score + the log-prob, float32, one depth at a time)."""
+    rows = tl.arange(0, FD * FR)
+    t = rows // FR
+    r = rows % FR
+    head = (t < max_depth) & (r >= 1) & (r < kr)
+    score = tl.load(pool_score + t, mask=t < max_depth, other=0.0)
+    score = score + tl.load(lp_row + t * s_ll + r * s_lk, mask=head, other=0.0)
+    cols = tl.arange(0, FD)[None, :]
+    scores = tl.zeros([FD * FR, FD], tl.float32)
+    for j in tl.static_range(FD):
+        scores = tl.where(cols == j, score[:, None], scores)
+        score = score + tl.load(lp_row + (t + 1 + j) * s_ll, mask=t + 1 + j < max_depth, other=0.0)
+    exists = head[:, None] & (t[:, None] + 1 + cols <= max_depth)
+    return tl.reshape(_score_key(scores) + held, [FD * FR * FD]), tl.reshape(exists, [FD * FR * FD])
 
-    tl.store(pool_score, 0.0)  # the root: pool entry 0, node 0
-    tl.store(node_of, zero)
+
+@triton.jit
+def _tail_heads(
+    lp_row, s_ll, s_lk, first, end, n, bound, kr, held, max_depth, pool_key, pool_pk, pool_score, pool_depth,
+    pool_size, TB: tl.constexpr, RB: tl.constexpr,
+):  # fmt: skip
+    """Append to pool[n:] every child of rank >= 1 of the nodes pool[first:end] whose key lies below `bound` (a
+    parent at or past it, or at max_depth, has none); returns the new n (past pool_size: more than the pool holds,
+    only the first ones stored). A parent's children below the bound are a prefix of its ranks (its depth's
+    log-probs are sorted best first), taken RB ranks a step until one stops short."""
+    PB: tl.constexpr = TB // RB
+    offs = tl.arange(0, TB)
+    i = offs // RB
+    c = offs % RB
+    p0 = first
+    while p0 < end:
+        p = p0 + i
+        pm = p < end
+        depth = tl.load(pool_depth + p, mask=pm, other=0)
+        parent_score = tl.load(pool_score + p, mask=pm, other=0.0)
+        live = pm & (tl.load(pool_key + p, mask=pm, other=_I32_MAX) < bound) & (depth < max_depth)
+        r0 = n * 0 + 1
+        more = tl.sum(live.to(tl.int32), 0) > 0
+        while more:
+            r = r0 + c
+            valid = live & (r < kr)
+            score = parent_score + tl.load(lp_row + depth * s_ll + r * s_lk, mask=valid, other=0.0)
+            valid = valid & (_score_key(score) + held < bound)
+            pos = n + tl.cumsum(valid.to(tl.int32), 0) - 1
+            kept = valid & (pos < pool_size)
+            _pool_store(pos, _score_key(score) + held, (p << 16) | r, score, depth + 1, kept, pool_key, pool_pk,
+                        pool_score, pool_depth)  # fmt: skip
+            n += tl.sum(valid.to(tl.int32), 0)
+            more = tl.sum((valid & (c == RB - 1)).to(tl.int32), 0) > 0
+            r0 += RB
+        p0 += PB
+    return n
+
+
+@triton.jit
+def _tail_chains(
+    lp_row, s_ll, first, end, n, bound, held, max_depth, pool_key, pool_pk, pool_score, pool_depth, pool_size,
+    TB: tl.constexpr, FD: tl.constexpr,
+):  # fmt: skip
+    """Append to pool[n:] the rank-0 descendants of the heads pool[first:end] whose key lies below `bound`: for each
+    head, a chain down to max_depth cut where its key reaches the bound (keys never decrease down a chain), its nodes
+    consecutive; returns the new n (past pool_size as `_tail_heads`)."""
+    HB: tl.constexpr = TB // FD
+    heads = tl.arange(0, HB)
+    cols = tl.arange(0, FD)[None, :]  # the chain's j-th node: depth of the head + 1 + j
+    q0 = first
+    while q0 < end:
+        e = q0 + heads
+        hm = e < end
+        depth = tl.load(pool_depth + e, mask=hm, other=0)
+        score = tl.load(pool_score + e, mask=hm, other=0.0)
+        scores = tl.zeros([HB, FD], tl.float32)
+        for j in tl.static_range(FD):
+            score = score + tl.load(lp_row + (depth + j) * s_ll, mask=hm & (depth + j < max_depth), other=0.0)
+            scores = tl.where(cols == j, score[:, None], scores)
+        key = _score_key(scores) + held
+        alive = hm[:, None] & (depth[:, None] + 1 + cols <= max_depth) & (key < bound)
+        alive = tl.reshape(alive, [TB])
+        pos = n + tl.cumsum(alive.to(tl.int32), 0) - 1
+        kept = alive & (pos < pool_size)
+        j = tl.reshape(cols + heads[:, None] * 0, [TB])
+        parent = tl.where(j == 0, tl.reshape(e[:, None] + cols * 0, [TB]), pos - 1)
+        _pool_store(pos, tl.reshape(key, [TB]), parent << 16, tl.reshape(scores, [TB]),
+                    tl.reshape(depth[:, None] + 1 + cols, [TB]), kept, pool_key, pool_pk, pool_score, pool_depth)
+        n += tl.sum(alive.to(tl.int32), 0)
+        q0 += HB
+    return n
+
+
+@triton.jit
+def _pop_order(cand_key, cand_pk, count, b, max_depth, pool_pk, pool_depth, node_of, inv, FS: tl.constexpr):
+    """The final nodes of the build by deviations from the `count` <= FS (key, pool entry) pairs at cand_key, cand_pk
+    (every node below the last bound, in any order): the b first in pop order, (key, depth, position in its level),
+    a node's position being its level's order by (key, position of its parent, rank). One sort by (key, depth,
+    entry) gives it unless two of the first b + 1 share key and depth; then the sort by (that pair's group, the
+    parent's place in the last order, rank) repeats until the order stands still: each pass fixes one more depth
+    (the depth-1 nodes' parent is the root), and the order it stops at is the pop order (by induction on depth).
+    Writes node_of[entry] = place + 1 and inv[place] = entry; returns how many nodes the tree has."""
+    offs = tl.arange(0, FS)
+    m = offs < count
+    key = tl.load(cand_key + offs, mask=m, other=_I32_MAX)
+    entry = tl.load(cand_pk + offs, mask=m, other=0)
+    key, low = _sort_pairs(key, tl.where(m, (tl.load(pool_depth + entry, mask=m, other=0) << 16) | entry, _I32_MAX))
+    entry = low & 0xFFFF
     tl.debug_barrier()
+    tl.store(cand_key + offs, key, mask=m)
+    tl.store(cand_pk + offs, low >> 16, mask=m)
+    tl.store(node_of + entry, offs + 1, mask=m)
+    tl.debug_barrier()
+    later = (offs >= 1) & m
+    start = (offs == 0) | (tl.load(cand_key + offs - 1, mask=later, other=-1) != key)
+    start = start | (tl.load(cand_pk + offs - 1, mask=later, other=-1) != (low >> 16))
+    if tl.sum((~start & (offs < tl.minimum(count, b + 1))).to(tl.int32), 0) > 0:
+        group = (tl.cumsum(start.to(tl.int32), 0) - 1).to(tl.int64)
+        moved = count
+        passes = count * 0
+        while (moved > 0) & (passes <= max_depth):
+            pk = tl.load(pool_pk + entry, mask=m, other=0)
+            place = tl.load(node_of + (pk >> 16), mask=m, other=0).to(tl.int64)  # the root's is 0
+            order = (group << 48) | (place << 30) | ((pk & 0xFFFF).to(tl.int64) << 15) | entry.to(tl.int64)
+            order = tl.sort(tl.where(m, order, 0x7FFFFFFFFFFFFFFF))
+            moved = tl.sum((m & ((order & 0x7FFF).to(tl.int32) != entry)).to(tl.int32), 0)
+            entry = (order & 0x7FFF).to(tl.int32)
+            tl.debug_barrier()
+            tl.store(node_of + entry, offs + 1, mask=m)
+            tl.debug_barrier()
+            passes += 1
+    n_nodes = tl.minimum(count, b)
+    tl.store(inv + offs, entry, mask=offs < n_nodes)
+    return n_nodes
 
+
+@triton.jit
+def _tail_levels(
+    lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, cap, pool_key, pool_pk, pool_score, pool_depth,
+    cand_key, cand_pk, node_of, inv, clock_row, chain_key,
+    FD: tl.constexpr, TB: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
+    FS: tl.constexpr, CHUNK: tl.constexpr, PROFILE: tl.constexpr,
+):  # fmt: skip
+    """`_tail_build` past the chain (in the pool, its keys chain_key [FD]): the start bound, the levels of deviations,
+    the pop order; returns the number of nodes, or -1 when the nodes below the bound outgrow the pool or cap."""
+    zero = b * 0
+    FR: tl.constexpr = 16  # ranks of the start bound's one-deviation nodes
+    RB: tl.constexpr = 16  # ranks a step of `_tail_heads`
+    chain = tl.arange(0, FD)
+    kr = tl.minimum(k_ranks, b)  # a node of rank r has r siblings before it: ranks >= b are never kept
+    # the start bound: the tighter of the depth-1 nodes' (b of them when the lists hold b ranks) and the one over
+    # the chain and its one-deviation nodes (`_deviation_keys`), each below b distinct real nodes
+    depth1 = _tail_key(tl.load(lp_row + (b - 1) * s_lk, mask=b <= k_ranks, other=0.0), b == 1, held)
+    bound = tl.where(b <= k_ranks, depth1 + 1, _I32_MAX)
+    key, exists = _deviation_keys(lp_row, s_ll, s_lk, pool_score, max_depth, kr, held, FD, FR)
+    hist = tl.histogram(key >> HIST_SHIFT, HIST_BINS, mask=exists)
+    hist += tl.histogram(chain_key >> HIST_SHIFT, HIST_BINS, mask=chain < max_depth)
+    crossing, below, bounded = _crossing(hist, b, HIST_BINS)
+    if FINE_BITS > 0:
+        fine = _fine_count(key, exists, crossing, HIST_SHIFT, FINE_BITS)
+        fine += _fine_count(chain_key, chain < max_depth, crossing, HIST_SHIFT, FINE_BITS)
+        start = _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
+    else:
+        start = _key_bound(hist, b, HIST_BINS, HIST_SHIFT)
+    bound = tl.minimum(bound, start)
+    _stamp(clock_row, 2, PROFILE)
+    # levels of deviations: the heads below the bound (children of rank >= 1), then their chains of rank 0
+    hist = tl.histogram(chain_key >> HIST_SHIFT, HIST_BINS, mask=chain < max_depth)
+    fine = tl.zeros([1 << FINE_BITS], tl.int32)
+    fine_bucket = zero - 1
+    first = zero
+    end = max_depth  # level 0's parents: the root and the chain above max_depth
+    n = max_depth + 1
+    while (end > first) & (n <= pool_size):
+        heads = n
+        n = _tail_heads(lp_row, s_ll, s_lk, first, end, n, bound, kr, held, max_depth, pool_key, pool_pk, pool_score,
+                        pool_depth, pool_size, TB, RB)  # fmt: skip
+        tl.debug_barrier()
+        if n <= pool_size:
+            n = _tail_chains(lp_row, s_ll, heads, n, n, bound, held, max_depth, pool_key, pool_pk, pool_score,
+                             pool_depth, pool_size, TB, FD)  # fmt: skip
+        tl.debug_barrier()
+        if n <= pool_size:  # the bound over every node so far (`_kept_bound`, the level being pool[heads:n])
+            offs = tl.arange(0, CHUNK)
+            c0 = heads
+            while c0 < n:
+                m = c0 + offs < n
+                hist += tl.histogram(tl.load(pool_key + c0 + offs, mask=m, other=0) >> HIST_SHIFT, HIST_BINS, mask=m)
+                c0 += CHUNK
+            level, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, heads, n - heads, CHUNK,
+                                                   HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
+            bound = tl.minimum(bound, level)
+        first = heads
+        end = n
+    _stamp(clock_row, 3, PROFILE)
+    n_nodes = zero - 1
+    if n <= pool_size:
+        count = _compact_below(pool_key + 1, pool_pk, n - 1, bound, cand_key, cand_pk, cap, True, CHUNK)
+        tl.debug_barrier()
+        _stamp(clock_row, 4, PROFILE)
+        if count <= cap:
+            n_nodes = _pop_order(cand_key, cand_pk, count, b, max_depth, pool_pk, pool_depth, node_of, inv, FS)
+    _stamp(clock_row, 5, PROFILE)
+    if PROFILE:  # the stamps read as one level (`phase_times`), then the final selection (nothing more)
+        tl.store(clock_row + 9, zero.to(tl.int64), mask=max_depth > 1)
+        _stamp(clock_row, 2 + 4 * max_depth, PROFILE)
+    return n_nodes
+
+
+@triton.jit
+def _tail_build(
+    lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, cap, pool_key, pool_pk, pool_score, pool_depth,
+    cand_key, cand_pk, node_of, inv, clock_row,
+    FD: tl.constexpr, TB: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
+    FS: tl.constexpr, CHUNK: tl.constexpr, PROFILE: tl.constexpr,
+):  # fmt: skip
+    """TAILS: the tree by deviations (see the module docstring); writes node_of and inv and returns the number of
+    nodes, or -1 (nothing written to the tree yet) when the level build must take over: on wide drafts, where the
+    chain's deepest node scores below the b-th best depth-1 node, or when the nodes below the bound outgrow the pool
+    or the final sort (cap entries)."""
+    zero = b * 0
+    tl.store(pool_key, zero)  # the root (its score is set): key 0, depth 0
+    tl.store(pool_depth, zero)
+    chain = tl.arange(0, FD)  # the chain: pool entry d + 1 is its node of depth d + 1, parent entry d
+    live = chain < max_depth
+    score = tl.zeros([FD], tl.float32)
+    for d in tl.static_range(FD):  # score[c] adds the best log-probs of depths 1..c + 1 in order (then zeros: exact)
+        score = score + tl.where(chain >= d, tl.load(lp_row + d * s_ll, mask=d < max_depth, other=0.0), 0.0)
+    chain_key = _tail_key(score, live, held)
+    _pool_store(1 + chain, chain_key, chain << 16, score, chain + 1, live, pool_key, pool_pk, pool_score, pool_depth)
+    tl.debug_barrier()
+    deepest = tl.sum(tl.where(chain == max_depth - 1, score, 0.0), 0)
+    wide = (b <= k_ranks) & (deepest < tl.load(lp_row + (b - 1) * s_lk, mask=b <= k_ranks, other=0.0))
+    n_nodes = zero - 1
+    if wide == 0:
+        n_nodes = _tail_levels(
+            lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, cap, pool_key, pool_pk, pool_score, pool_depth,
+            cand_key, cand_pk, node_of, inv, clock_row, chain_key, FD, TB, HIST_BINS, HIST_SHIFT, FINE_BITS, FS, CHUNK,
+            PROFILE,
+        )  # fmt: skip
+    return n_nodes
+
+
+@triton.jit
+def _level_build(
+    lp_row, s_ll, s_lk, pairs_ptr, row_end_ptr, b, held, k_ranks, max_depth, n_max, n_slots,
+    cand_key, cand_pk, cand_score, comp_key, comp_pk, comp_score, pool_key, pool_pk, pool_score, pool_depth, node_of,
+    inv, clock_row,
+    CHUNK: tl.constexpr, PCH: tl.constexpr, QCH: tl.constexpr, LOG_BINS: tl.constexpr, HIST_BINS: tl.constexpr,
+    HIST_SHIFT: tl.constexpr, SORT_RANKS: tl.constexpr, FINE_BITS: tl.constexpr, SORT_SURVIVORS: tl.constexpr,
+    SCH: tl.constexpr, FCH: tl.constexpr, CUT: tl.constexpr, PRE_BOUND: tl.constexpr, AHEAD: tl.constexpr,
+    RANK_LIMIT: tl.constexpr, SMALL: tl.constexpr, PROFILE: tl.constexpr,
+):  # fmt: skip
+    """Steps 1-4 level by level from the root (the module docstring), then the final selection: writes node_of and
+    inv for the request's nodes and returns how many there are."""
+    zero = b * 0
     hist = tl.zeros([HIST_BINS], tl.int32)
     fine = tl.zeros([1 << FINE_BITS], tl.int32)  # unused when FINE_BITS = 0
     fine_bucket = zero - 1
@@ -709,7 +926,6 @@ def _build_kernel(
     cap = tl.minimum(zero + n_max, PCH)  # PRE_BOUND's cut: survivors held for one sort (comp holds n_max)
     SB: tl.constexpr = SMALL if SMALL > 0 else 1  # the block of short lists (SMALL = 0 never takes it)
     QS: tl.constexpr = SB if QCH > SB else QCH
-    k_ranks = tl.load(row_end_ptr)  # parent 0's pairs: min(K, N) ranks
     while (d < max_depth) & (n_parents > 0):
         n_cand = tl.load(row_end_ptr + n_parents - 1)
         tile_bits = zero - 1  # the pair table
@@ -828,7 +1044,7 @@ def _build_kernel(
     fb = tl.arange(0, FB)
     cut = total + 1  # the nodes below the last bound, once counted (CUT): more than the pool, none counted
     if CUT & (FCH > 0) & (total > FCH):  # every final node lies below the bound (b kept keys do)
-        cut = _compact_below(pool_key + 1, pool_pk, total, bound, cand_key, cand_pk, tl.minimum(n_pairs, FCH), True,
+        cut = _compact_below(pool_key + 1, pool_pk, total, bound, cand_key, cand_pk, tl.minimum(n_slots, FCH), True,
                              CHUNK)  # fmt: skip
         tl.debug_barrier()
     if (FCH > 0) & (total <= FCH):
@@ -836,7 +1052,7 @@ def _build_kernel(
         pooled = fb < total
         key = tl.load(pool_key + 1 + fb, mask=pooled, other=_I32_MAX)
         _rank_sorted(key, tl.where(pooled, fb + 1, _I32_MAX), n_nodes, node_of, inv, FB)
-    elif cut <= tl.minimum(n_pairs, FCH):
+    elif cut <= tl.minimum(n_slots, FCH):
         _stamp(clock_row, 2 + 4 * max_depth, PROFILE)
         below = fb < cut
         key = tl.load(cand_key + fb, mask=below, other=_I32_MAX)
@@ -844,6 +1060,108 @@ def _build_kernel(
     else:
         _select_and_rank(pool_key, pool_pk, pool_score, total, n_nodes, b, comp_key, cand_pk, comp_score, node_of, inv,
                          clock_row, 2 + 4 * max_depth, CHUNK, LOG_BINS, PCH, QCH, SORT_RANKS, PROFILE)  # fmt: skip
+    return n_nodes
+
+
+@triton.jit(do_not_specialize=["budget", "max_depth", "n_max", "n_slots", "pool_size"])
+def _build_kernel(
+    lp_ptr,  # [B, L, K] float32: log-probs of each depth's top-K tokens, best first
+    ids_ptr,  # [B, L, K] int64: their token ids
+    budget_ptr,  # [B] int64: per-request budgets (read when PER_REQUEST_BUDGET)
+    budget,  # int: the budget of every request (when not PER_REQUEST_BUDGET)
+    hold_ptr,  # [B] bool: the requests that hold the chain (read when HOLD == 2)
+    pairs_ptr,  # [P] int32: candidate pairs i << 16 | r, i-major
+    row_end_ptr,  # [n_max] int32: row_end[i] = number of pairs with parent position <= i
+    ws_int_ptr,  # [B, 2 n_slots + 2 n_max + 4 pool_size] int32 scratch
+    ws_flt_ptr,  # [B, n_slots + n_max + pool_size] float32 scratch
+    tok_out,  # [B, n_max] int64: node i's token at column i-1; -1 padding
+    par_out,  # [B, n_max + 1] int64: parent node index; root and padding -1
+    dep_out,  # [B, n_max + 1] int64: depth; root 0, padding -1
+    cnt_out,  # [B] int64: nodes of each tree
+    score_out,  # [B, n_max + 1] float32: path log-prob; root 0, padding -inf
+    rank_out,  # [B, n_max + 1] int64: rank of the node's token at its depth; root and padding -1
+    clock_ptr,  # [B, clock_slots(max_depth)] int64: phase stamps (read when PROFILE)
+    path_ptr,  # [B] int32: 1 where TAILS built the tree, else 0 (written when PATHS)
+    s_lb, s_ll, s_lk,  # strides of lp_ptr (elements)
+    s_ib, s_il, s_ik,  # strides of ids_ptr (elements)
+    max_depth,  # int: levels to build, 1 <= max_depth <= L
+    n_max,  # int: N, the largest budget (tree width N + 1)
+    n_slots,  # int: entries of each candidate list: at least P, and FS when TAILS
+    pool_size,  # int: 1 + max_depth * n_max, the most nodes the levels can keep (root included)
+    PER_REQUEST_BUDGET: tl.constexpr,  # budgets come from budget_ptr
+    HOLD: tl.constexpr,  # hold the chain: 0 no request, 1 every request, 2 those set in hold_ptr
+    CHUNK: tl.constexpr,  # candidates per block of the expand / select / compact passes
+    PCH: tl.constexpr,  # kept entries ranked per block
+    QCH: tl.constexpr,  # entries compared per step of a rank block (a [QCH, PCH] tile)
+    WCH: tl.constexpr,  # output columns per block
+    LOG_BINS: tl.constexpr,  # radix-selection digit bits
+    HIST_BINS: tl.constexpr,  # buckets of the kept-key histogram (256: keys >> 23; 2048: keys >> 20)
+    HIST_SHIFT: tl.constexpr,  # key bits below a bucket
+    SORT_RANKS: tl.constexpr = False,  # order levels and the final nodes by tl.sort, not rank counts (N <= PCH)
+    FINE_BITS: tl.constexpr = 0,  # split the bound's bucket by this many more key bits (_fine_bound; 0: off)
+    SORT_SURVIVORS: tl.constexpr = False,  # a level with b < survivors <= SCH: one sort, no selection
+    # (_launch_config turns FINE_BITS, SORT_SURVIVORS and FCH on; these defaults are the plain build)
+    SCH: tl.constexpr = 16,  # survivors sorted at once when SORT_SURVIVORS (a power of two)
+    FCH: tl.constexpr = 0,  # a pool of at most FCH nodes is selected and ranked by one sort (0: never)
+    CUT: tl.constexpr = False,  # a larger pool: its nodes below the last bound, when at most FCH, by that sort
+    PRE_BOUND: tl.constexpr = False,  # a level not sorted at once: first drop survivors at or past _survivor_bound
+    AHEAD: tl.constexpr = 0,  # the bound also counts the best kept nodes' rank-0 descendants this many depths down
+    RANK_LIMIT: tl.constexpr = False,  # a bounded level expands only the ranks the best parent's children can pass
+    SMALL: tl.constexpr = 0,  # lists of at most SMALL entries take passes of that block (a power of two; 0: never)
+    TAILS: tl.constexpr = False,  # first try the build by deviations (_tail_build), the level build if it gives up
+    FD: tl.constexpr = 16,  # TAILS: a power of two >= max_depth
+    TB: tl.constexpr = 1024,  # TAILS: entries of a tile of heads (a multiple of 16 and of FD)
+    FS: tl.constexpr = 512,  # TAILS: the final sort's block
+    PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
+    PATHS: tl.constexpr = False,  # write path_ptr
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (pdl.py)
+):  # fmt: skip
+    wait_for_inputs(PDL)
+    pid = tl.program_id(0)
+    zero = pid * 0
+    clock_row = clock_ptr + pid * (4 * max_depth + 6)
+    _stamp(clock_row, 0, PROFILE, True)
+    _stamp(clock_row, 1, PROFILE)
+    if PER_REQUEST_BUDGET:
+        b = tl.minimum(tl.load(budget_ptr + pid), n_max).to(tl.int32)
+    else:
+        b = zero + budget
+    b = tl.maximum(tl.minimum(b, n_max), 0)
+    if HOLD == 2:
+        held = tl.load(hold_ptr + pid).to(tl.int32)
+    else:
+        held = zero + HOLD
+    lp_row = lp_ptr + pid * s_lb
+    ws_int = ws_int_ptr + pid * (2 * n_slots + 2 * n_max + 4 * pool_size)
+    ws_flt = ws_flt_ptr + pid * (n_slots + n_max + pool_size)
+    cand_key, cand_pk, cand_score = ws_int, ws_int + n_slots, ws_flt
+    comp_key, comp_pk, comp_score = ws_int + 2 * n_slots, ws_int + 2 * n_slots + n_max, ws_flt + n_slots
+    pool_key = ws_int + 2 * n_slots + 2 * n_max
+    pool_pk, pool_depth, node_of = pool_key + pool_size, pool_key + 2 * pool_size, pool_key + 3 * pool_size
+    pool_score = ws_flt + n_slots + n_max
+    inv = comp_pk  # free once the final nodes are ranked into node_of
+
+    tl.store(pool_score, 0.0)  # the root: pool entry 0, node 0
+    tl.store(node_of, zero)
+    tl.debug_barrier()
+
+    k_ranks = tl.load(row_end_ptr)  # parent 0's pairs: min(K, N) ranks
+    n_nodes = zero - 1  # the tails' build gave up (or did not run)
+    if TAILS & (b > 0):
+        n_nodes = _tail_build(
+            lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, tl.minimum(n_slots, FS), pool_key, pool_pk,
+            pool_score, pool_depth, cand_key, cand_pk, node_of, inv, clock_row, FD, TB, HIST_BINS, HIST_SHIFT,
+            FINE_BITS, FS, CHUNK, PROFILE,
+        )  # fmt: skip
+    if PATHS:
+        tl.store(path_ptr + pid, (n_nodes >= 0).to(tl.int32))
+    if n_nodes < 0:
+        n_nodes = _level_build(
+            lp_row, s_ll, s_lk, pairs_ptr, row_end_ptr, b, held, k_ranks, max_depth, n_max, n_slots, cand_key, cand_pk,
+            cand_score, comp_key, comp_pk, comp_score, pool_key, pool_pk, pool_score, pool_depth, node_of, inv,
+            clock_row, CHUNK, PCH, QCH, LOG_BINS, HIST_BINS, HIST_SHIFT, SORT_RANKS, FINE_BITS, SORT_SURVIVORS, SCH,
+            FCH, CUT, PRE_BOUND, AHEAD, RANK_LIMIT, SMALL, PROFILE,
+        )  # fmt: skip
     tl.debug_barrier()
     _stamp(clock_row, 3 + 4 * max_depth, PROFILE)
     width = n_max + 1
@@ -877,6 +1195,7 @@ def build_tree_from_topk(
     *,
     launch: dict | None = None,
     clock: torch.Tensor | None = None,
+    paths: torch.Tensor | None = None,
 ) -> DraftTree:
     """The DDTree trees of a batch, equal field by field to the reference heap.
 
@@ -885,6 +1204,8 @@ def build_tree_from_topk(
     launch: overrides of `_launch_config` (the speed only; LAUNCH_KEYS names them).
     clock: an int64 CUDA tensor [B, clock_slots(max_depth)] that receives each program's phase stamps
     (ddbench.build_tune's phases.csv; `phase_times` reads them).
+    paths: an int32 tensor [B] on the top-K's device that receives 1 where the build by deviations (TAILS) made the
+    tree, 0 where the level build did.
     Needs log-probs <= 0 sorted best first per depth (draft_topk's output). No host sync.
     """
     log_probs, token_ids = topk.log_probs, topk.token_ids
@@ -896,10 +1217,12 @@ def build_tree_from_topk(
     n = max_budget
     pairs, row_end = _pair_table(n, k, device)
     pool_size = 1 + max_depth * n
-    ws_int = torch.empty((batch, 2 * pairs.numel() + 2 * n + 4 * pool_size), dtype=torch.int32, device=device)
-    ws_flt = torch.empty((batch, pairs.numel() + n + pool_size), dtype=torch.float32, device=device)
-    tree = _alloc_tree(batch, n, max_depth, device)
     per_request = isinstance(budget, torch.Tensor)
+    config = _launch_config(n, pairs.numel(), per_request, launch, max_depth)
+    slots = max(pairs.numel(), config["FS"] if config["TAILS"] else 0)  # the candidate lists (P, or the final sort's)
+    ws_int = torch.empty((batch, 2 * slots + 2 * n + 4 * pool_size), dtype=torch.int32, device=device)
+    ws_flt = torch.empty((batch, slots + n + pool_size), dtype=torch.float32, device=device)
+    tree = _alloc_tree(batch, n, max_depth, device)
     budgets = budget.to(device=device, dtype=torch.int64) if per_request else tree.num_nodes
     per_request_hold = isinstance(hold_chain, torch.Tensor)
     holds = hold_chain.to(device) if per_request_hold else tree.num_nodes  # unread unless HOLD == 2
@@ -907,13 +1230,15 @@ def build_tree_from_topk(
         return tree
     if clock is not None:
         check_clock(clock, batch, clock_slots(max_depth))
+    if paths is not None and (paths.shape != (batch,) or paths.dtype != torch.int32 or paths.device != device):
+        raise ValueError(f"paths must be an int32 tensor [{batch}] on {device}")
     _build_kernel[(batch,)](
         log_probs, token_ids, budgets, 0 if per_request else int(budget), holds, pairs, row_end, ws_int, ws_flt,
         tree.token_ids, tree.parents, tree.depths, tree.num_nodes, tree.scores, tree.ranks,
-        tree.num_nodes if clock is None else clock, *log_probs.stride(), *token_ids.stride(), max_depth, n,
-        pairs.numel(), pool_size,
-        HOLD=2 if per_request_hold else int(hold_chain), PROFILE=clock is not None,
-        **_launch_config(n, pairs.numel(), per_request, launch), **pdl_options(device),
+        tree.num_nodes if clock is None else clock, tree.num_nodes if paths is None else paths,
+        *log_probs.stride(), *token_ids.stride(), max_depth, n, slots, pool_size,
+        HOLD=2 if per_request_hold else int(hold_chain), PROFILE=clock is not None, PATHS=paths is not None,
+        **config, **pdl_options(device),
     )  # fmt: skip
     return tree
 
@@ -950,10 +1275,13 @@ LAUNCH_KEYS = (
     "AHEAD",
     "RANK_LIMIT",
     "SMALL",
+    "TAILS",
+    "TB",
+    "FS",
 )  # the overrides `build_tree_from_topk(launch=)` takes
 
 
-def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None = None) -> dict:
+def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None = None, max_depth: int = 16) -> dict:
     """Block sizes (powers of two) and warps for a width-N build, with `launch`'s overrides.
 
     Any HIST_BINS (a power of two, 2..65536) gives the same trees: a coarser kept-key histogram only
@@ -977,13 +1305,17 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     full level's bound 1.1-1.6 -> 1.9-2.4 us) and from 41.1 to 35.7 at batch 64, budget 64, but the
     benchmark's default drafts from 20.0 to 21.0 at batch 1, budget 256 (10.5 at batch 64, budget 64 either way);
     in rounds (call 5) 49.6 us on the default drafts at batch 1, budget 256, against 47.6-47.9 without.
+    TAILS stays off: in results/kernels/h200-2026-12-01b (call 4) it took the chain-like drafts from 76.5 to 70.1 us at
+    batch 1, budget 256 and from 41.2 to 36.2 at batch 64, budget 64, but the default drafts from 20.2 to 21.8 at
+    batch 1, budget 256 (the chain and the test for wide drafts), and it was not timed in rounds. TB (its tiles of
+    heads, at least 16 and FD) and FS (its final sort; the candidate lists grow to FS) shape it.
     """
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
     pch = min(1024, max(16, triton.next_power_of_2(n)))
     if launch.get("SORT_RANKS") and n > pch:
         raise ValueError(f"SORT_RANKS needs N <= 1024 (one block of ranks), got N = {n}")
-    return {
+    config = {
         "PER_REQUEST_BUDGET": per_request,
         "CHUNK": min(1024, max(16, triton.next_power_of_2(n_pairs))),
         "PCH": pch,
@@ -1003,7 +1335,14 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "AHEAD": 0,  # off: results/kernels/h200-2026-11-30j (chain-like drafts faster, the default ones slower)
         "RANK_LIMIT": False,
         "SMALL": 0,
+        "TAILS": False,
+        "FD": triton.next_power_of_2(max_depth),
+        "TB": 1024,
+        "FS": min(1024, 2 * pch),
     } | launch
+    config["TB"] = max(config["TB"], config["FD"], 16)  # a tile holds a row of 16 ranks, or of FD depths
+    config["TAILS"] = config["TAILS"] and max_depth <= 64  # deeper: thin tiles of heads
+    return config
 
 
 def _checked(launch: dict) -> dict:
@@ -1011,8 +1350,8 @@ def _checked(launch: dict) -> dict:
     unknown = set(launch) - set(LAUNCH_KEYS)
     if unknown:
         raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
-    limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384}
-    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT"):
+    limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384, "TB": 16384, "FS": 4096}
+    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "TAILS"):
         if not isinstance(launch.get(key, False), bool):
             raise ValueError(f"{key} must be a bool, got {launch[key]!r}")
     fine_bits = launch.get("FINE_BITS", 0)
