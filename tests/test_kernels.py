@@ -194,10 +194,9 @@ def test_build_holding_the_chain_equals_reference():
         {"AHEAD": 2, "PRE_BOUND": True, "SORT_SURVIVORS": False},
         {"RANK_LIMIT": True},
         {"RANK_LIMIT": True, "HIST_BINS": 2},
-        {"RANK_LIMIT": True, "FINE_BITS": 8, "SMALL": 8},
-        {"SMALL": 16, "PRE_BOUND": True, "SORT_SURVIVORS": False},
-        {"SMALL": 64, "RANK_LIMIT": True, "PRE_BOUND": True},
-        {"SMALL": 4, "RANK_LIMIT": True, "AHEAD": 4, "CHUNK": 16, "QCH": 2},
+        {"RANK_LIMIT": True, "FINE_BITS": 8},
+        {"RANK_LIMIT": True, "PRE_BOUND": True},
+        {"RANK_LIMIT": True, "AHEAD": 4, "CHUNK": 16, "QCH": 2},
     ],
 )
 def test_build_launch_overrides_keep_the_trees(launch):
@@ -315,9 +314,13 @@ def test_build_rejects_bad_launch():
     for bad in (3, 128, -1, True):
         with pytest.raises(ValueError, match="AHEAD"):
             tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"AHEAD": bad})
-    for bad in (3, 2048, -1, True):
-        with pytest.raises(ValueError, match="SMALL"):
-            tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"SMALL": bad})
+    for key, bad in (("TB", 3), ("TB", 32768), ("FS", 1), ("FS", 8192)):
+        with pytest.raises(ValueError, match=key):
+            tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={key: bad})
+    with pytest.raises(ValueError, match="TAILS must be a bool"):
+        tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"TAILS": 1})
+    with pytest.raises(ValueError, match="paths must be an int32 tensor"):
+        tree_build.build_tree_from_topk(topk, 4, 2, 4, paths=torch.zeros(1, dtype=torch.int64, device=DEVICE))
     with pytest.raises(ValueError, match="RANK_LIMIT must be a bool"):
         tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"RANK_LIMIT": 1})
     for bad in (9, -1, True, 2.0):

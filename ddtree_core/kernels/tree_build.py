@@ -909,7 +909,7 @@ def _level_build(
     CHUNK: tl.constexpr, PCH: tl.constexpr, QCH: tl.constexpr, LOG_BINS: tl.constexpr, HIST_BINS: tl.constexpr,
     HIST_SHIFT: tl.constexpr, SORT_RANKS: tl.constexpr, FINE_BITS: tl.constexpr, SORT_SURVIVORS: tl.constexpr,
     SCH: tl.constexpr, FCH: tl.constexpr, CUT: tl.constexpr, PRE_BOUND: tl.constexpr, AHEAD: tl.constexpr,
-    RANK_LIMIT: tl.constexpr, SMALL: tl.constexpr, PROFILE: tl.constexpr,
+    RANK_LIMIT: tl.constexpr, PROFILE: tl.constexpr,
 ):  # fmt: skip
     """Steps 1-4 level by level from the root (the module docstring), then the final selection: writes node_of and
     inv for the request's nodes and returns how many there are."""
@@ -924,8 +924,6 @@ def _level_build(
     pool_n = zero + 1  # next free pool entry
     TOP: tl.constexpr = 256 // AHEAD if AHEAD > 0 else 1  # AHEAD's nodes: AHEAD x TOP descendants, one block
     cap = tl.minimum(zero + n_max, PCH)  # PRE_BOUND's cut: survivors held for one sort (comp holds n_max)
-    SB: tl.constexpr = SMALL if SMALL > 0 else 1  # the block of short lists (SMALL = 0 never takes it)
-    QS: tl.constexpr = SB if QCH > SB else QCH
     while (d < max_depth) & (n_parents > 0):
         n_cand = tl.load(row_end_ptr + n_parents - 1)
         tile_bits = zero - 1  # the pair table
@@ -937,25 +935,16 @@ def _level_build(
             if (n_parents << bits) < n_cand:
                 n_cand = n_parents << bits
                 tile_bits = bits
-        if (SMALL > 0) & (n_cand <= SB):
-            n_valid = _expand_level(
-                lp_row, s_ll, s_lk, pairs_ptr, n_cand, tile_bits, n_ranks, d, b, held, bound, start_par, pool_score,
-                cand_key, cand_pk, cand_score, SB,
-            )  # fmt: skip
-        else:
-            n_valid = _expand_level(
-                lp_row, s_ll, s_lk, pairs_ptr, n_cand, tile_bits, n_ranks, d, b, held, bound, start_par, pool_score,
-                cand_key, cand_pk, cand_score, CHUNK,
-            )  # fmt: skip
+        n_valid = _expand_level(
+            lp_row, s_ll, s_lk, pairs_ptr, n_cand, tile_bits, n_ranks, d, b, held, bound, start_par, pool_score,
+            cand_key, cand_pk, cand_score, CHUNK,
+        )  # fmt: skip
         tl.debug_barrier()
         _stamp(clock_row, 2 + 4 * d, PROFILE)
         n_kept = tl.minimum(n_valid, b)
         # A list in (i, r) order whose keys never decrease is in level order as it stands: no ranks needed
         # (always at level 0, whose candidates (0, r) follow the best-first lists; so with one parent).
-        if (SMALL > 0) & (n_valid <= SB):
-            in_order = _ascending(cand_key, n_valid, SB)
-        else:
-            in_order = _ascending(cand_key, n_valid, CHUNK)
+        in_order = _ascending(cand_key, n_valid, CHUNK)
         sort_once = SORT_SURVIVORS & (n_valid > b) & (n_valid <= SCH)
         n_below = cap + 1  # survivors below their own bound, once counted (PRE_BOUND): more than cap, none counted
         if PRE_BOUND & (n_valid > b) & (sort_once == 0):
@@ -963,24 +952,11 @@ def _level_build(
                                         FINE_BITS)  # fmt: skip
             n_below = _compact_below(cand_key, cand_pk, n_valid, level_cut, comp_key, comp_pk, cap, False, CHUNK)
             tl.debug_barrier()
-        if sort_once & (SMALL > 0) & (n_valid <= SB):
-            _stamp(clock_row, 3 + 4 * d, PROFILE)
-            hist = _append_sorted(
-                cand_key, cand_pk, n_valid, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
-                lp_row + d * s_ll, s_lk, SB, HIST_BINS, HIST_SHIFT,
-            )  # fmt: skip
-        elif sort_once:
+        if sort_once:
             _stamp(clock_row, 3 + 4 * d, PROFILE)
             hist = _append_sorted(
                 cand_key, cand_pk, n_valid, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
                 lp_row + d * s_ll, s_lk, SCH, HIST_BINS, HIST_SHIFT,
-            )  # fmt: skip
-        elif (SMALL > 0) & (n_below <= cap) & (n_below <= SB):  # PRE_BOUND left a short list
-            n_kept = tl.minimum(n_below, b)
-            _stamp(clock_row, 3 + 4 * d, PROFILE)
-            hist = _append_sorted(
-                comp_key, comp_pk, n_below, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
-                lp_row + d * s_ll, s_lk, SB, HIST_BINS, HIST_SHIFT,
             )  # fmt: skip
         elif n_below <= cap:  # PRE_BOUND left at most a block of ranks: one sort of it keeps the level's best
             n_kept = tl.minimum(n_below, b)
@@ -1000,12 +976,6 @@ def _level_build(
             hist = _append_level(
                 comp_key, comp_pk, comp_score, n_kept, in_order, d + 1, pool_n, pool_key, pool_pk, pool_score,
                 pool_depth, hist, lp_row + d * s_ll, s_lk, PCH, QCH, HIST_BINS, HIST_SHIFT, SORT_RANKS,
-            )  # fmt: skip
-        elif (SMALL > 0) & (n_valid <= SB):
-            _stamp(clock_row, 3 + 4 * d, PROFILE)
-            hist = _append_level(
-                cand_key, cand_pk, cand_score, n_kept, in_order, d + 1, pool_n, pool_key, pool_pk, pool_score,
-                pool_depth, hist, lp_row + d * s_ll, s_lk, SB, QS, HIST_BINS, HIST_SHIFT, SORT_RANKS,
             )  # fmt: skip
         else:
             _stamp(clock_row, 3 + 4 * d, PROFILE)
@@ -1029,10 +999,7 @@ def _level_build(
             bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
                                                    HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
         lp_best = tl.load(lp_row + (d + 1) * s_ll, mask=d + 1 < max_depth, other=0.0)
-        if (SMALL > 0) & (n_kept <= SB):
-            n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, SB)
-        else:
-            n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, PCH)
+        n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, PCH)
         _stamp(clock_row, 5 + 4 * d, PROFILE)
         start_par = pool_n
         pool_n += n_kept
@@ -1107,7 +1074,6 @@ def _build_kernel(
     PRE_BOUND: tl.constexpr = False,  # a level not sorted at once: first drop survivors at or past _survivor_bound
     AHEAD: tl.constexpr = 0,  # the bound also counts the best kept nodes' rank-0 descendants this many depths down
     RANK_LIMIT: tl.constexpr = False,  # a bounded level expands only the ranks the best parent's children can pass
-    SMALL: tl.constexpr = 0,  # lists of at most SMALL entries take passes of that block (a power of two; 0: never)
     TAILS: tl.constexpr = False,  # first try the build by deviations (_tail_build), the level build if it gives up
     FD: tl.constexpr = 16,  # TAILS: a power of two >= max_depth
     TB: tl.constexpr = 1024,  # TAILS: entries of a tile of heads (a multiple of 16 and of FD)
@@ -1160,7 +1126,7 @@ def _build_kernel(
             lp_row, s_ll, s_lk, pairs_ptr, row_end_ptr, b, held, k_ranks, max_depth, n_max, n_slots, cand_key, cand_pk,
             cand_score, comp_key, comp_pk, comp_score, pool_key, pool_pk, pool_score, pool_depth, node_of, inv,
             clock_row, CHUNK, PCH, QCH, LOG_BINS, HIST_BINS, HIST_SHIFT, SORT_RANKS, FINE_BITS, SORT_SURVIVORS, SCH,
-            FCH, CUT, PRE_BOUND, AHEAD, RANK_LIMIT, SMALL, PROFILE,
+            FCH, CUT, PRE_BOUND, AHEAD, RANK_LIMIT, PROFILE,
         )  # fmt: skip
     tl.debug_barrier()
     _stamp(clock_row, 3 + 4 * max_depth, PROFILE)
@@ -1182,7 +1148,9 @@ def clock_slots(max_depth: int) -> int:
     2 + 4d after the expand, 3 + 4d after the selection, 4 + 4d after the append, 5 + 4d after the bound;
     then cycles at F = 2 + 4 max_depth after the final selection, F + 1 after its ranks, F + 2 after the
     write, and the global timer at F + 3 (a pool sorted at once, FCH, stamps F before its sort: the
-    sort counts as the ranks). Levels the build never reached keep what the buffer held."""
+    sort counts as the ranks). Levels the build never reached keep what the buffer held. A tree the build by
+    deviations makes (TAILS) stamps 2 after the chain and the start bound, 3 after its levels, 4 after the
+    compaction below the bound, 5 after the pop order, clears 9 and stamps F: `phase_times` reads one level."""
     return 4 * max_depth + 6
 
 
@@ -1274,7 +1242,6 @@ LAUNCH_KEYS = (
     "PRE_BOUND",
     "AHEAD",
     "RANK_LIMIT",
-    "SMALL",
     "TAILS",
     "TB",
     "FS",
@@ -1334,7 +1301,6 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "PRE_BOUND": False,  # not timed yet: build_tune --launch PRE_BOUND=1
         "AHEAD": 0,  # off: results/kernels/h200-2026-11-30j (chain-like drafts faster, the default ones slower)
         "RANK_LIMIT": False,
-        "SMALL": 0,
         "TAILS": False,
         "FD": triton.next_power_of_2(max_depth),
         "TB": 1024,
@@ -1360,9 +1326,6 @@ def _checked(launch: dict) -> dict:
     ahead = launch.get("AHEAD", 0)
     if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0 or ahead & (ahead - 1) or ahead > 64:
         raise ValueError(f"AHEAD must be 0 or a power of two up to 64, got {ahead!r}")
-    small = launch.get("SMALL", 0)
-    if isinstance(small, bool) or not isinstance(small, int) or small < 0 or small & (small - 1) or small > 1024:
-        raise ValueError(f"SMALL must be 0 or a power of two up to 1024, got {small!r}")
     fch = launch.get("FCH", 0)
     if isinstance(fch, bool) or not isinstance(fch, int) or fch < 0 or fch & (fch - 1) or fch > 4096:
         raise ValueError(f"FCH must be 0 or a power of two up to 4096, got {fch!r}")
