@@ -198,7 +198,7 @@ def main(
     launch: Annotated[
         str,
         typer.Option(help="More launches, ';' between launches, each key=value pairs of tree_build.LAUNCH_KEYS "
-                     "(0 / 1 for SORT_RANKS, SORT_SURVIVORS, CUT, PRE_BOUND and RANK_LIMIT); phases.csv stamps each. "
+                     f"(0 / 1 for {', '.join(FLAGS)}); phases.csv stamps each. "
                      "The default "
                      "tries the former defaults: FINE_BITS=0 (the bound's bucket not split), SORT_SURVIVORS=0 (levels "
                      "selected, not sorted), FCH=0 (final nodes selected, not sorted), together and alone.")
