@@ -70,9 +70,9 @@ flat tree (uniform drafts) stops after a level or two.
 
 The build by deviations (TAILS, a launch key, off by default; `_tail_build`). A deep tree is mostly chains of
 rank-0 steps: every node is a head (the root, or a child of rank >= 1) followed by t >= 0 steps of rank 0, and in
-CPU draws like the kernel benchmark's drafts (randn x 4 and x 12; one request at budget 256, four at 64) no tree
-node has more than two heads below the root, while the level build takes one level per depth (11 at batch 1,
-budget 256 on the chain-like drafts). So TAILS takes levels of
+CPU draws like the kernel benchmark's drafts (randn x 4 and x 12; one request at budget 256, four at 64;
+results/kernels/h200-2026-12-01b/cpu_counts.py) no tree node has more than two heads below the root, while the
+level build takes one level per depth (11 at batch 1, budget 256 on the chain-like drafts). So TAILS takes levels of
 deviations: level 0 is the chain; level k + 1 is every child of rank >= 1 of a level-k node below the bound (a
 prefix of each parent's ranks, `_tail_heads`), each with its chain of rank 0 down to where the key reaches the
 bound (`_tail_chains`; keys never decrease down a path). Every node of key below the bound is found once (its
