@@ -116,6 +116,12 @@ def _score_key(score):
 
 
 @triton.jit
+def _node_key(score, chain, held):
+    """A node's key (the module docstring): 0 on the held chain while finite, else bits(-score) + held."""
+    return tl.where(chain & (held != 0) & (score > float("-inf")), 0, _score_key(score) + held)
+
+
+@triton.jit
 def _bit_length(x):
     """Bits needed to write x >= 0 (float rounding may add one, never removes one), at most 31."""
     exponent = (x.to(tl.float32).to(tl.int32, bitcast=True) >> 23) - 126
@@ -245,8 +251,7 @@ def _expand_level(
         valid = (j < n_cand) & ((i + 1) * (r + 1) <= b) & (r < n_ranks)
         parent_score = tl.load(pool_score + start_par + i, mask=valid, other=0.0)
         score = parent_score + tl.load(lp_row + d * s_ll + r * s_lk, mask=valid, other=0.0)
-        chain = (held != 0) & (i == 0) & (r == 0) & (score > float("-inf"))
-        key = tl.where(chain, 0, _score_key(score) + held)
+        key = _node_key(score, (i == 0) & (r == 0), held)
         valid = valid & (key < bound)
         pos = n_valid + tl.cumsum(valid.to(tl.int32), 0) - 1
         tl.store(cand_key + pos, key, mask=valid)
@@ -486,8 +491,7 @@ def _ahead_bound(
     ext = score[None, :] + tl.zeros([AHEAD, 1], tl.float32)
     for j in tl.static_range(AHEAD):
         ext = tl.where(rows >= j, ext + tl.load(lp_next + j * s_ll, mask=j < n_ext, other=0.0), ext)
-    chain = (held != 0) & (key[None, :] == 0) & (ext > float("-inf"))
-    ext_key = tl.reshape(tl.where(chain, 0, _score_key(ext) + held), [AHEAD * TOP])
+    ext_key = tl.reshape(_node_key(ext, key[None, :] == 0, held), [AHEAD * TOP])
     exists = tl.reshape((rows < n_ext) & top[None, :], [AHEAD * TOP])
     count = hist + tl.histogram(ext_key >> HIST_SHIFT, HIST_BINS, mask=exists)
     if FINE_BITS > 0:
@@ -542,8 +546,7 @@ def _live_parents(key_ptr, score_ptr, n, bound, lp_best, held, PCH: tl.constexpr
         m = i < n
         key = tl.load(key_ptr + i, mask=m, other=_I32_MAX)
         score = tl.load(score_ptr + i, mask=m, other=0.0) + lp_best
-        chain = (held != 0) & (i == 0) & (score > float("-inf"))
-        child = tl.where(chain, 0, _score_key(score) + held)
+        child = _node_key(score, i == 0, held)
         last = tl.maximum(last, tl.max(tl.where(m & (key < bound) & (child < bound), i + 1, 0), 0))
         p0 += PCH
     return last
@@ -647,12 +650,6 @@ def _compact_below(src_key, src_pk, n, bound, dst_key, dst_pk, cap, FROM_POOL: t
         n_sel += tl.sum(sel.to(tl.int32), 0)
         c0 += CHUNK
     return n_sel
-
-
-@triton.jit
-def _tail_key(score, chain, held):
-    """A node's key as the expand gives it: 0 on the held chain while finite, else bits(-score) + held."""
-    return tl.where(chain & (held != 0) & (score > float("-inf")), 0, _score_key(score) + held)
 
 
 @triton.jit
@@ -810,7 +807,7 @@ def _tail_levels(
     kr = tl.minimum(k_ranks, b)  # a node of rank r has r siblings before it: ranks >= b are never kept
     # the start bound: the tighter of the depth-1 nodes' (b of them when the lists hold b ranks) and the one over
     # the chain and its one-deviation nodes (`_deviation_keys`), each below b distinct real nodes
-    depth1 = _tail_key(tl.load(lp_row + (b - 1) * s_lk, mask=b <= k_ranks, other=0.0), b == 1, held)
+    depth1 = _node_key(tl.load(lp_row + (b - 1) * s_lk, mask=b <= k_ranks, other=0.0), b == 1, held)
     bound = tl.where(b <= k_ranks, depth1 + 1, _I32_MAX)
     key, exists = _deviation_keys(lp_row, s_ll, s_lk, pool_score, max_depth, kr, held, FD, FR)
     hist = tl.histogram(key >> HIST_SHIFT, HIST_BINS, mask=exists)
@@ -886,7 +883,7 @@ def _tail_build(
     score = tl.zeros([FD], tl.float32)
     for d in tl.static_range(FD):  # score[c] adds the best log-probs of depths 1..c + 1 in order (then zeros: exact)
         score = score + tl.where(chain >= d, tl.load(lp_row + d * s_ll, mask=d < max_depth, other=0.0), 0.0)
-    chain_key = _tail_key(score, live, held)
+    chain_key = _node_key(score, live, held)
     _pool_store(1 + chain, chain_key, chain << 16, score, chain + 1, live, pool_key, pool_pk, pool_score, pool_depth)
     tl.debug_barrier()
     deepest = tl.sum(tl.where(chain == max_depth - 1, score, 0.0), 0)
