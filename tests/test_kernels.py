@@ -266,12 +266,19 @@ def test_build_by_deviations_orders_tie_groups_by_their_parents():
     tails build must make these trees itself and match the reference. One sort by (key, depth, entry) fails the
     first lists; one more pass by the parents' places fails the second (budget 14), whose depth-3 ties follow
     depth-2 ties that the first pass has only just ordered. At budget 3 the first lists are wide (the chain's
-    deepest node, -3, scores below the third depth-1 node, -2): the level build takes them."""
+    deepest node, -3, scores below the third depth-1 node, -2): the level build takes them.
+    In the third lists the rank-0 children of p1 = (0, 1), -1.4999999, and p2 = (1, 0), -1.5, round to one score,
+    -65.5; p1 pops first, so its child is the one kept at budget 8. Their parents lie in two groups: p2's anchor (the
+    depth-1 node (1), placed before p1) must not stand in for p2. The fourth lists make groups of 20 and 40 members,
+    ordered by sorts (more than GS members), the depth-2 one by parent (each parent's ranks 0 and 1 adjacent)."""
     from ddtree_core.kernels import tree_build
 
     first = [[-1.0, -1.0, -2.0], [-1.0, -1.0, -2.0], [-1.0, -1.0, -2.0]]
     second = [[-1.0, -1.0, -2.0], [0.0, 0.0, -1.0], [0.0, -1.0, -1.0], [0.0, -2.0, -2.0]]
-    for rows, budget, by_tails in ((first, 3, 0), (first, 5, 1), (first, 9, 1), (first, 12, 1), (second, 14, 1)):
+    third = [[0.0, -1.0], [-0.5, -1.4999999], [-64.0, -70.0]]  # -1.4999999: the float32 just above -1.5
+    fourth = [[-1.0] * 20, [-1.0] * 2 + [-5.0] * 18, [-1.0] * 2 + [-5.0] * 18]
+    cases = [(first, 3, 0), (first, 5, 1), (first, 9, 1), (first, 12, 1), (second, 14, 1), (third, 8, 1)]
+    for rows, budget, by_tails in cases + [(fourth, 50, 1)]:
         log_probs = torch.tensor([rows], device=DEVICE)
         topk = DraftTopK(log_probs, torch.arange(log_probs.numel(), device=DEVICE).reshape(log_probs.shape))
         ref = build_tree_from_topk(topk, budget, max_budget=budget, impl="reference")

@@ -75,20 +75,24 @@ results/kernels/h200-2026-12-01b/cpu_counts.py) no tree node has more than two h
 level build takes one level per depth (11 at batch 1, budget 256 on the chain-like drafts). So TAILS takes levels of
 deviations: level 0 is the chain; level k + 1 is every child of rank >= 1 of a level-k node below the bound (a
 prefix of each parent's ranks, `_tail_heads`), each with its chain of rank 0 down to where the key reaches the
-bound (`_tail_chains`; keys never decrease down a path). Every node of key below the bound is found once (its
-ancestors have smaller or equal keys, so they were found, and were parents, before it). The bound starts at the
-tighter of two (each below b distinct real nodes): the depth-1 node of rank b - 1's key + 1, and step 4's bound
-over the chain and its one-deviation nodes of rank < 16 with their chains (`_deviation_keys`); after each level
-it is step 4's over every node found. The final nodes are then the b first of all nodes below the bound in pop
-order, (key, depth, position in the level), a position being the level's order by (key, parent's position, rank):
-one sort by (key, depth, entry) when no two of the first b + 1 share key and depth, else sorts by (that pair's
-group, the parent's place in the last order, rank) until the order stands still (`_pop_order`; bf16 drafts tie
-often). Scores are the level build's float32 sums, one depth at a time. The level build takes over when the drafts
-are wide (the chain's deepest node scores below the depth-1 node of rank b - 1) or when the nodes below the bound
-outgrow the pool or the final sort. On an H200 (results/kernels/h200-2026-12-01b, call 4) TAILS built the
-chain-like drafts (randn x 12) in 70.1 us against 76.5 at batch 1, budget 256 (the start 8.0, the levels 42.7,
-the pop order 17.2), and in 36.2 against 41.2 at batch 64, budget 64; the default drafts (x 4) went to the level
-build, 21.8 against 20.2 and 10.5 against 10.5.
+bound (`_tail_chains`; keys never decrease down a path). A level of more parents than one row of the heads' tile
+first lists those whose rank-1 child lies below the bound, and steps over them only. Every node of key below the
+bound is found once (its ancestors have smaller or equal keys, so they were found, and were parents, before it).
+The bound starts at the tighter of two (each below b distinct real nodes): the depth-1 node of rank b - 1's key + 1,
+and step 4's bound over the chain and its one-deviation nodes of rank < 16 with their chains (`_deviation_keys`);
+after each level it is step 4's over every node found. The final nodes are then the b first of all nodes below the
+bound in pop order, (key, depth, position in the level), a position being the level's order by (key, parent's
+position, rank): one sort by (key, depth, entry) when no two of the first b + 1 share key and depth, else passes
+that order each (key, depth) group by (the parent's place in the last order, rank) until the order stands still
+(`_pop_order`; bf16 drafts tie often). A group of rank-0 nodes whose parents share one group is in its parents'
+order, so its members are placed by their anchors (the first ancestor up such groups) and a pass fixes them as soon
+as their anchors are fixed; groups of at most GS members are ordered by counts, larger ones by a sort. Scores are
+the level build's float32 sums, one depth at a time. The level build takes over when the drafts are wide (the
+chain's deepest node scores below the depth-1 node of rank b - 1) or when the nodes below the bound outgrow the pool
+or the final sort. On an H200 (results/kernels/h200-2026-12-01c, call 1) TAILS built the chain-like drafts (randn x
+12) in 53.2 us against 76.3 at batch 1, budget 256, and in 34.3 against 41.2 at batch 64, budget 64; the default
+drafts (x 4) went to the level build, 21.5 against 20.2 and 10.4 against 10.6. (Before the listed parents, the
+anchors and the counted passes, h200-2026-12-01b: 70.1 and 36.2 us.)
 """
 
 from __future__ import annotations
@@ -106,6 +110,7 @@ from ddtree_core.kernels.radix import min_max, pick_digit
 from ddtree_core.tree import TRITON_NODE_LIMIT, DraftTopK, DraftTree
 
 _I32_MAX = tl.constexpr(2147483647)
+GS = tl.constexpr(16)  # TAILS' pop order: tie groups of at most GS members are ordered by counts, not sorts
 _PACK_LIMIT = TRITON_NODE_LIMIT  # pool indices and budgets must fit 15 bits: pk = parent_pool_index << 16 | rank
 
 
@@ -678,38 +683,62 @@ def _deviation_keys(
 @triton.jit
 def _tail_heads(
     lp_row, s_ll, s_lk, first, end, n, bound, kr, held, max_depth, pool_key, pool_pk, pool_score, pool_depth,
-    pool_size, TB: tl.constexpr, RB: tl.constexpr,
+    pool_size, listed, TB: tl.constexpr, RB: tl.constexpr, LB: tl.constexpr,
 ):  # fmt: skip
     """Append to pool[n:] every child of rank >= 1 of the nodes pool[first:end] whose key lies below `bound` (a
     parent at or past it, or at max_depth, has none); returns the new n (past pool_size: more than the pool holds,
     only the first ones stored). A parent's children below the bound are a prefix of its ranks (its depth's
-    log-probs are sorted best first), taken RB ranks a step until one stops short."""
+    log-probs are sorted best first), taken RB ranks a step until one stops short. More parents than a tile's row
+    holds are first listed (at `listed`, LB a block) down to those whose rank-1 child lies below the bound: in the
+    deeper levels most have none, and the tiles then step over the live ones only."""
     PB: tl.constexpr = TB // RB
     offs = tl.arange(0, TB)
     i = offs // RB
     c = offs % RB
+    block = tl.arange(0, LB)
+    many = end - first > PB
     p0 = first
     while p0 < end:
-        p = p0 + i
-        pm = p < end
-        depth = tl.load(pool_depth + p, mask=pm, other=0)
-        parent_score = tl.load(pool_score + p, mask=pm, other=0.0)
-        live = pm & (tl.load(pool_key + p, mask=pm, other=_I32_MAX) < bound) & (depth < max_depth)
-        r0 = n * 0 + 1
-        more = tl.sum(live.to(tl.int32), 0) > 0
-        while more:
-            r = r0 + c
-            valid = live & (r < kr)
-            score = parent_score + tl.load(lp_row + depth * s_ll + r * s_lk, mask=valid, other=0.0)
-            valid = valid & (_score_key(score) + held < bound)
-            pos = n + tl.cumsum(valid.to(tl.int32), 0) - 1
-            kept = valid & (pos < pool_size)
-            _pool_store(pos, _score_key(score) + held, (p << 16) | r, score, depth + 1, kept, pool_key, pool_pk,
-                        pool_score, pool_depth)  # fmt: skip
-            n += tl.sum(valid.to(tl.int32), 0)
-            more = tl.sum((valid & (c == RB - 1)).to(tl.int32), 0) > 0
-            r0 += RB
-        p0 += PB
+        if many:  # list the live parents of pool[p0 : p0 + LB]
+            j = p0 + block
+            jm = j < end
+            depth = tl.load(pool_depth + j, mask=jm, other=0)
+            live = jm & (tl.load(pool_key + j, mask=jm, other=_I32_MAX) < bound) & (depth < max_depth) & (kr > 1)
+            score = tl.load(pool_score + j, mask=live, other=0.0) + tl.load(lp_row + depth * s_ll + s_lk, mask=live,
+                                                                             other=0.0)  # fmt: skip
+            live = live & (_score_key(score) + held < bound)
+            tl.store(listed + tl.cumsum(live.to(tl.int32), 0) - 1, j, mask=live)
+            n_listed = tl.sum(live.to(tl.int32), 0)
+            tl.debug_barrier()
+        else:
+            n_listed = tl.minimum(end - p0, LB)
+        q0 = n * 0
+        while q0 < n_listed:
+            pm = q0 + i < n_listed
+            if many:
+                p = tl.load(listed + q0 + i, mask=pm, other=0)
+            else:
+                p = p0 + q0 + i
+            depth = tl.load(pool_depth + p, mask=pm, other=0)
+            parent_score = tl.load(pool_score + p, mask=pm, other=0.0)
+            live = pm & (tl.load(pool_key + p, mask=pm, other=_I32_MAX) < bound) & (depth < max_depth)
+            r0 = n * 0 + 1
+            more = tl.sum(live.to(tl.int32), 0) > 0
+            while more:
+                r = r0 + c
+                valid = live & (r < kr)
+                score = parent_score + tl.load(lp_row + depth * s_ll + r * s_lk, mask=valid, other=0.0)
+                valid = valid & (_score_key(score) + held < bound)
+                pos = n + tl.cumsum(valid.to(tl.int32), 0) - 1
+                kept = valid & (pos < pool_size)
+                _pool_store(pos, _score_key(score) + held, (p << 16) | r, score, depth + 1, kept, pool_key, pool_pk,
+                            pool_score, pool_depth)  # fmt: skip
+                n += tl.sum(valid.to(tl.int32), 0)
+                more = tl.sum((valid & (c == RB - 1)).to(tl.int32), 0) > 0
+                r0 += RB
+            q0 += PB
+        tl.debug_barrier()  # the list is read before the next block overwrites it
+        p0 += LB
     return n
 
 
@@ -749,14 +778,21 @@ def _tail_chains(
 
 
 @triton.jit
-def _pop_order(cand_key, cand_pk, count, b, max_depth, pool_pk, pool_depth, node_of, inv, FS: tl.constexpr):
+def _pop_order(
+    cand_key, cand_pk, count, b, max_depth, pool_key, pool_pk, pool_depth, node_of, inv, FS: tl.constexpr,
+):  # fmt: skip
     """The final nodes of the build by deviations from the `count` <= FS (key, pool entry) pairs at cand_key, cand_pk
     (every node below the last bound, in any order): the b first in pop order, (key, depth, position in its level),
     a node's position being its level's order by (key, position of its parent, rank). One sort by (key, depth,
     entry) gives it unless two of the first b + 1 share key and depth; then the sort by (that pair's group, the
-    parent's place in the last order, rank) repeats until the order stands still: each pass fixes one more depth
-    (the depth-1 nodes' parent is the root), and the order it stops at is the pop order (by induction on depth).
-    Writes node_of[entry] = place + 1 and inv[place] = entry; returns how many nodes the tree has."""
+    parent's place in the last order, rank) repeats until the order stands still, and the order it stops at is the
+    pop order (by induction on depth: the depth-1 nodes' parent is the root). A group whose members all have rank 0
+    and parents in one group (the chains below tied heads: bf16 drafts tie often) is in its parents' order, so each
+    of its members is placed by its anchor instead, the first ancestor up such groups (found by pointer doubling);
+    a pass then fixes every group whose anchors' places are fixed, not just one more depth. The anchors and ranks go
+    to pool_key (free once the candidates are listed). Writes node_of[entry] = place + 1 and inv[place] = entry;
+    returns how many nodes the tree has."""
+    zero = count * 0
     offs = tl.arange(0, FS)
     m = offs < count
     key = tl.load(cand_key + offs, mask=m, other=_I32_MAX)
@@ -772,16 +808,72 @@ def _pop_order(cand_key, cand_pk, count, b, max_depth, pool_pk, pool_depth, node
     start = (offs == 0) | (tl.load(cand_key + offs - 1, mask=later, other=-1) != key)
     start = start | (tl.load(cand_pk + offs - 1, mask=later, other=-1) != (low >> 16))
     if tl.sum((~start & (offs < tl.minimum(count, b + 1))).to(tl.int32), 0) > 0:
-        group = (tl.cumsum(start.to(tl.int32), 0) - 1).to(tl.int64)
+        more = offs + 1 < count
+        last = ~more | (tl.load(cand_key + offs + 1, mask=more, other=-1) != key)
+        last = last | (tl.load(cand_pk + offs + 1, mask=more, other=-1) != (low >> 16))
+        group = tl.cumsum(start.to(tl.int32), 0) - 1
+        pk = tl.load(pool_pk + entry, mask=m, other=0)
+        parent = tl.load(node_of + (pk >> 16), mask=m, other=0) - 1  # its position (the root: -1)
+        tl.debug_barrier()
+        tl.store(cand_key + offs, group, mask=m)
+        tl.debug_barrier()
+        parent_group = tl.load(cand_key + parent, mask=m & (parent >= 0), other=-1)
+        tl.store(cand_pk + offs, parent_group, mask=m)
+        tl.debug_barrier()
+        split = ~start & (tl.load(cand_pk + offs - 1, mask=later, other=-1) != parent_group)  # two parent groups
+        step_out = m & (((pk & 0xFFFF) != 0) | (parent < 0) | split)  # keeps its group from its parents' order
+        outs = tl.cumsum(step_out.to(tl.int32), 0)
+        tl.debug_barrier()
+        tl.store(cand_key + group, outs, mask=m & last)
+        tl.store(cand_pk + group, outs - step_out.to(tl.int32), mask=m & start)
+        tl.debug_barrier()
+        follows = m & (tl.load(cand_key + group, mask=m, other=0) == tl.load(cand_pk + group, mask=m, other=1))
+        tl.debug_barrier()
+        tl.store(cand_key + group, offs, mask=m & start)
+        tl.store(cand_pk + group, offs, mask=m & last)
+        tl.debug_barrier()
+        base = tl.load(cand_key + group, mask=m, other=0)  # the group's first position
+        size = tl.load(cand_pk + group, mask=m, other=-1) - base + 1
+        most = tl.max(size, 0)
+        few = most <= GS  # every group small: a pass counts, per member, the members before it
+        anchor = tl.where(follows, parent, offs)
+        reach = 1
+        while reach < max_depth:  # anchor: the first ancestor up groups that follow their parents' (or itself)
+            tl.debug_barrier()
+            tl.store(cand_key + offs, anchor, mask=m)
+            tl.debug_barrier()
+            anchor = tl.load(cand_key + anchor, mask=m, other=0)
+            reach *= 2
+        tl.debug_barrier()
+        tl.store(cand_pk + offs, entry, mask=m)
+        tl.debug_barrier()
+        anchor = tl.load(cand_pk + anchor, mask=m, other=0)
+        tl.store(pool_key + entry, tl.where(follows, anchor << 16, pk), mask=m)
+        tl.debug_barrier()
         moved = count
         passes = count * 0
         while (moved > 0) & (passes <= max_depth):
-            pk = tl.load(pool_pk + entry, mask=m, other=0)
-            place = tl.load(node_of + (pk >> 16), mask=m, other=0).to(tl.int64)  # the root's is 0
-            order = (group << 48) | (place << 30) | ((pk & 0xFFFF).to(tl.int64) << 15) | entry.to(tl.int64)
-            order = tl.sort(tl.where(m, order, 0x7FFFFFFFFFFFFFFF))
-            moved = tl.sum((m & ((order & 0x7FFF).to(tl.int32) != entry)).to(tl.int32), 0)
-            entry = (order & 0x7FFF).to(tl.int32)
+            up = tl.load(pool_key + entry, mask=m, other=0)  # (the parent, or the anchor) << 16 | rank (anchor: 0)
+            place = tl.load(node_of + (up >> 16), mask=m, other=0)  # the root's is 0
+            if few:  # (place, rank) is distinct within a group (anchors of distinct members are distinct)
+                key = (place << 16) | (up & 0xFFFF)
+                tl.store(cand_key + offs, key, mask=m)
+                tl.debug_barrier()
+                before = offs * 0
+                j = zero
+                while j < most:
+                    other = tl.load(cand_key + base + j, mask=m & (j < size), other=_I32_MAX)
+                    before += (other < key).to(tl.int32)
+                    j += 1
+                tl.store(cand_pk + base + before, entry, mask=m)
+                tl.debug_barrier()
+                now = tl.load(cand_pk + offs, mask=m, other=0)
+            else:
+                order = (group.to(tl.int64) << 48) | (place.to(tl.int64) << 30) | ((up & 0xFFFF).to(tl.int64) << 15)
+                order = tl.sort(tl.where(m, order | entry.to(tl.int64), 0x7FFFFFFFFFFFFFFF))
+                now = (order & 0x7FFF).to(tl.int32)
+            moved = tl.sum((m & (now != entry)).to(tl.int32), 0)
+            entry = now
             tl.debug_barrier()
             tl.store(node_of + entry, offs + 1, mask=m)
             tl.debug_barrier()
@@ -831,7 +923,7 @@ def _tail_levels(
     while (end > first) & (n <= pool_size):
         heads = n
         n = _tail_heads(lp_row, s_ll, s_lk, first, end, n, bound, kr, held, max_depth, pool_key, pool_pk, pool_score,
-                        pool_depth, pool_size, TB, RB)  # fmt: skip
+                        pool_depth, pool_size, cand_pk, TB, RB, FS)  # fmt: skip
         tl.debug_barrier()
         if n <= pool_size:
             n = _tail_chains(lp_row, s_ll, heads, n, n, bound, held, max_depth, pool_key, pool_pk, pool_score,
@@ -856,7 +948,8 @@ def _tail_levels(
         tl.debug_barrier()
         _stamp(clock_row, 4, PROFILE)
         if count <= cap:
-            n_nodes = _pop_order(cand_key, cand_pk, count, b, max_depth, pool_pk, pool_depth, node_of, inv, FS)
+            n_nodes = _pop_order(cand_key, cand_pk, count, b, max_depth, pool_key, pool_pk, pool_depth, node_of, inv,
+                                 FS)  # fmt: skip
     _stamp(clock_row, 5, PROFILE)
     if PROFILE:  # the stamps read as one level (`phase_times`), then the final selection (nothing more)
         tl.store(clock_row + 9, zero.to(tl.int64), mask=max_depth > 1)
@@ -876,20 +969,21 @@ def _tail_build(
     chain's deepest node scores below the b-th best depth-1 node, or when the nodes below the bound outgrow the pool
     or the final sort (cap entries)."""
     zero = b * 0
-    tl.store(pool_key, zero)  # the root (its score is set): key 0, depth 0
-    tl.store(pool_depth, zero)
     chain = tl.arange(0, FD)  # the chain: pool entry d + 1 is its node of depth d + 1, parent entry d
     live = chain < max_depth
     score = tl.zeros([FD], tl.float32)
     for d in tl.static_range(FD):  # score[c] adds the best log-probs of depths 1..c + 1 in order (then zeros: exact)
         score = score + tl.where(chain >= d, tl.load(lp_row + d * s_ll, mask=d < max_depth, other=0.0), 0.0)
-    chain_key = _node_key(score, live, held)
-    _pool_store(1 + chain, chain_key, chain << 16, score, chain + 1, live, pool_key, pool_pk, pool_score, pool_depth)
-    tl.debug_barrier()
     deepest = tl.sum(tl.where(chain == max_depth - 1, score, 0.0), 0)
     wide = (b <= k_ranks) & (deepest < tl.load(lp_row + (b - 1) * s_lk, mask=b <= k_ranks, other=0.0))
     n_nodes = zero - 1
-    if wide == 0:
+    if wide == 0:  # (wide drafts leave the pool untouched, for the level build)
+        tl.store(pool_key, zero)  # the root (its score is set): key 0, depth 0
+        tl.store(pool_depth, zero)
+        chain_key = _node_key(score, live, held)
+        _pool_store(1 + chain, chain_key, chain << 16, score, chain + 1, live, pool_key, pool_pk, pool_score,
+                    pool_depth)  # fmt: skip
+        tl.debug_barrier()
         n_nodes = _tail_levels(
             lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, cap, pool_key, pool_pk, pool_score, pool_depth,
             cand_key, cand_pk, node_of, inv, clock_row, chain_key, FD, TB, HIST_BINS, HIST_SHIFT, FINE_BITS, FS, CHUNK,
@@ -1269,9 +1363,10 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     full level's bound 1.1-1.6 -> 1.9-2.4 us) and from 41.1 to 35.7 at batch 64, budget 64, but the
     benchmark's default drafts from 20.0 to 21.0 at batch 1, budget 256 (10.5 at batch 64, budget 64 either way);
     in rounds (call 5) 49.6 us on the default drafts at batch 1, budget 256, against 47.6-47.9 without.
-    TAILS stays off: in results/kernels/h200-2026-12-01b (call 4) it took the chain-like drafts from 76.5 to 70.1 us at
-    batch 1, budget 256 and from 41.2 to 36.2 at batch 64, budget 64, but the default drafts from 20.2 to 21.8 at
-    batch 1, budget 256 (the chain and the test for wide drafts), and it was not timed in rounds. TB (its tiles of
+    TAILS stays off: in rounds (results/kernels/h200-2026-12-01c, calls 2 and 4) it took the chain-like drafts from
+    105.5 to 83.4 us at batch 1, budget 256 (from 64.0 to 60.8 at 1 x 64, 359.5 to 325.1 at 64 x 256, 217.8 to
+    216.5 at 64 x 64), but the default drafts from 48.0 to 50.3 at batch 1, budget 256, past that cell's 50 us
+    target (37.7 to 39.0 at 1 x 64, 281.3 to 288.3 at 64 x 256, 173.1 to 178.6 at 64 x 64). TB (its tiles of
     heads, at least 16 and FD) and FS (its final sort; the candidate lists grow to FS) shape it.
     """
     launch = _checked(launch) if launch else {}
