@@ -4,7 +4,8 @@
 1. per request, the most heads (steps of rank >= 1) on any path of the reference tree;
 2. for one batch-1, budget-256 request at x 12, what the build by deviations does: each level's parents, the steps
    of its 64 x 16 tile, and the tie passes of the pop order (a copy of tree_build with prints added, built in a
-   temporary folder; the repository's file is not touched).
+   temporary folder; the repository's file is not touched). It reads the kernel of this folder's commit and the one
+   of h200-2026-12-01c (whose heads' tiles step over listed parents).
 
     TRITON_INTERPRET=1 python3 results/kernels/h200-2026-12-01b/cpu_counts.py
 """
@@ -37,9 +38,12 @@ def most_heads(scale: float, batch: int, budget: int) -> list[int]:
 def printing_copy():
     """tree_build with a print after each tile step, each level and each tie pass."""
     source = pathlib.Path(tree_build.__file__).read_text()
+    step = "                r0 += RB\n            q0 += PB\n"  # the heads' tile loop since h200-2026-12-01c
+    if step not in source:  # the kernel this folder measured (820bf9c and before)
+        step = "            r0 += RB\n        p0 += PB\n"
+    first, _, rest = step.partition("\n")
     inserts = [
-        ("            r0 += RB\n        p0 += PB\n", "            r0 += RB\n            tl.device_print('step', n)\n"
-         "        p0 += PB\n"),
+        (step, first + "\n" + first.replace("r0 += RB", "tl.device_print('step', n)") + "\n" + rest),
         ("            passes += 1\n", "            passes += 1\n            tl.device_print('tie pass', moved)\n"),
         ("        first = heads\n        end = n\n", "        tl.device_print('level parents', end - first)\n"
          "        first = heads\n        end = n\n"),
