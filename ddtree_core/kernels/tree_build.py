@@ -778,6 +778,54 @@ def _tail_chains(
 
 
 @triton.jit
+def _tie_anchors(entry, group, start, last, m, later, max_depth, cand_key, cand_pk, pool_key, pool_pk, node_of,
+                 FS: tl.constexpr):  # fmt: skip
+    """For `_pop_order`'s tie passes, the nodes in positions offs (entry; their (key, depth) groups, whose first and
+    last members start and last mark): writes pool_key[entry] = the parent << 16 | rank, or, for the members of a
+    group of rank-0 nodes whose parents share one group (it follows its parents' order), their anchor << 16, the
+    first ancestor up such groups (pointer doubling); returns each member's group's first position and size.
+    Uses cand_key and cand_pk (the positions' keys and depths, read before) as scratch."""
+    offs = tl.arange(0, FS)
+    pk = tl.load(pool_pk + entry, mask=m, other=0)
+    parent = tl.load(node_of + (pk >> 16), mask=m, other=0) - 1  # its position (the root: -1)
+    tl.debug_barrier()
+    tl.store(cand_key + offs, group, mask=m)
+    tl.debug_barrier()
+    parent_group = tl.load(cand_key + parent, mask=m & (parent >= 0), other=-1)
+    tl.store(cand_pk + offs, parent_group, mask=m)
+    tl.debug_barrier()
+    split = ~start & (tl.load(cand_pk + offs - 1, mask=later, other=-1) != parent_group)  # two parent groups
+    step_out = m & (((pk & 0xFFFF) != 0) | (parent < 0) | split)  # keeps its group from its parents' order
+    outs = tl.cumsum(step_out.to(tl.int32), 0)
+    tl.debug_barrier()
+    tl.store(cand_key + group, outs, mask=m & last)
+    tl.store(cand_pk + group, outs - step_out.to(tl.int32), mask=m & start)
+    tl.debug_barrier()
+    follows = m & (tl.load(cand_key + group, mask=m, other=0) == tl.load(cand_pk + group, mask=m, other=1))
+    tl.debug_barrier()
+    tl.store(cand_key + group, offs, mask=m & start)
+    tl.store(cand_pk + group, offs, mask=m & last)
+    tl.debug_barrier()
+    base = tl.load(cand_key + group, mask=m, other=0)  # the group's first position
+    size = tl.load(cand_pk + group, mask=m, other=-1) - base + 1
+    anchor = tl.where(follows, parent, offs)
+    reach = 1
+    while reach < max_depth:  # anchor: the first ancestor up groups that follow their parents' (or itself)
+        tl.debug_barrier()
+        tl.store(cand_key + offs, anchor, mask=m)
+        tl.debug_barrier()
+        anchor = tl.load(cand_key + anchor, mask=m, other=0)
+        reach *= 2
+    tl.debug_barrier()
+    tl.store(cand_pk + offs, entry, mask=m)
+    tl.debug_barrier()
+    anchor = tl.load(cand_pk + anchor, mask=m, other=0)
+    tl.store(pool_key + entry, tl.where(follows, anchor << 16, pk), mask=m)
+    tl.debug_barrier()
+    return base, size
+
+
+@triton.jit
 def _pop_order(
     cand_key, cand_pk, count, b, max_depth, pool_key, pool_pk, pool_depth, node_of, inv, FS: tl.constexpr,
 ):  # fmt: skip
@@ -812,44 +860,10 @@ def _pop_order(
         last = ~more | (tl.load(cand_key + offs + 1, mask=more, other=-1) != key)
         last = last | (tl.load(cand_pk + offs + 1, mask=more, other=-1) != (low >> 16))
         group = tl.cumsum(start.to(tl.int32), 0) - 1
-        pk = tl.load(pool_pk + entry, mask=m, other=0)
-        parent = tl.load(node_of + (pk >> 16), mask=m, other=0) - 1  # its position (the root: -1)
-        tl.debug_barrier()
-        tl.store(cand_key + offs, group, mask=m)
-        tl.debug_barrier()
-        parent_group = tl.load(cand_key + parent, mask=m & (parent >= 0), other=-1)
-        tl.store(cand_pk + offs, parent_group, mask=m)
-        tl.debug_barrier()
-        split = ~start & (tl.load(cand_pk + offs - 1, mask=later, other=-1) != parent_group)  # two parent groups
-        step_out = m & (((pk & 0xFFFF) != 0) | (parent < 0) | split)  # keeps its group from its parents' order
-        outs = tl.cumsum(step_out.to(tl.int32), 0)
-        tl.debug_barrier()
-        tl.store(cand_key + group, outs, mask=m & last)
-        tl.store(cand_pk + group, outs - step_out.to(tl.int32), mask=m & start)
-        tl.debug_barrier()
-        follows = m & (tl.load(cand_key + group, mask=m, other=0) == tl.load(cand_pk + group, mask=m, other=1))
-        tl.debug_barrier()
-        tl.store(cand_key + group, offs, mask=m & start)
-        tl.store(cand_pk + group, offs, mask=m & last)
-        tl.debug_barrier()
-        base = tl.load(cand_key + group, mask=m, other=0)  # the group's first position
-        size = tl.load(cand_pk + group, mask=m, other=-1) - base + 1
+        base, size = _tie_anchors(entry, group, start, last, m, later, max_depth, cand_key, cand_pk, pool_key,
+                                  pool_pk, node_of, FS)  # fmt: skip
         most = tl.max(size, 0)
         few = most <= GS  # every group small: a pass counts, per member, the members before it
-        anchor = tl.where(follows, parent, offs)
-        reach = 1
-        while reach < max_depth:  # anchor: the first ancestor up groups that follow their parents' (or itself)
-            tl.debug_barrier()
-            tl.store(cand_key + offs, anchor, mask=m)
-            tl.debug_barrier()
-            anchor = tl.load(cand_key + anchor, mask=m, other=0)
-            reach *= 2
-        tl.debug_barrier()
-        tl.store(cand_pk + offs, entry, mask=m)
-        tl.debug_barrier()
-        anchor = tl.load(cand_pk + anchor, mask=m, other=0)
-        tl.store(pool_key + entry, tl.where(follows, anchor << 16, pk), mask=m)
-        tl.debug_barrier()
         moved = count
         passes = count * 0
         while (moved > 0) & (passes <= max_depth):
