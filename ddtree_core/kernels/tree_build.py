@@ -75,7 +75,7 @@ results/kernels/h200-2026-12-01b/cpu_counts.py) no tree node has more than two h
 level build takes one level per depth (11 at batch 1, budget 256 on the chain-like drafts). So TAILS takes levels of
 deviations: level 0 is the chain; level k + 1 is every child of rank >= 1 of a level-k node below the bound (a
 prefix of each parent's ranks, `_tail_heads`), each with its chain of rank 0 down to where the key reaches the
-bound (`_tail_chains`; keys never decrease down a path). A level of more parents than one row of the heads' tile
+bound (`_tail_chains`; keys never decrease down a path). A level of more parents than the heads' tile holds (TB / 16)
 first lists those whose rank-1 child lies below the bound, and steps over them only. Every node of key below the
 bound is found once (its ancestors have smaller or equal keys, so they were found, and were parents, before it).
 The bound starts at the tighter of two (each below b distinct real nodes): the depth-1 node of rank b - 1's key + 1,
@@ -688,8 +688,8 @@ def _tail_heads(
     """Append to pool[n:] every child of rank >= 1 of the nodes pool[first:end] whose key lies below `bound` (a
     parent at or past it, or at max_depth, has none); returns the new n (past pool_size: more than the pool holds,
     only the first ones stored). A parent's children below the bound are a prefix of its ranks (its depth's
-    log-probs are sorted best first), taken RB ranks a step until one stops short. More parents than a tile's row
-    holds are first listed (at `listed`, LB a block) down to those whose rank-1 child lies below the bound: in the
+    log-probs are sorted best first), taken RB ranks a step until one stops short. More parents than the tile holds
+    (TB // RB) are first listed (at `listed`, LB a block) down to those whose rank-1 child lies below the bound: in the
     deeper levels most have none, and the tiles then step over the live ones only."""
     PB: tl.constexpr = TB // RB
     offs = tl.arange(0, TB)
@@ -865,7 +865,7 @@ def _pop_order(
         most = tl.max(size, 0)
         few = most <= GS  # every group small: a pass counts, per member, the members before it
         moved = count
-        passes = count * 0
+        passes = zero
         while (moved > 0) & (passes <= max_depth):
             up = tl.load(pool_key + entry, mask=m, other=0)  # (the parent, or the anchor) << 16 | rank (anchor: 0)
             place = tl.load(node_of + (up >> 16), mask=m, other=0)  # the root's is 0

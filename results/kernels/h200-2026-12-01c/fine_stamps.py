@@ -41,8 +41,7 @@ def stamped_copy():
         ("node_of, inv,\n                                 FS)  # fmt: skip",
          "node_of, inv,\n                                 FS, clock_row, PROFILE)  # fmt: skip"),
         ("    later = (offs >= 1) & m\n    start =", "    _stamp(clock_row, 40, PROFILE)\n    later = (offs >= 1) & m\n    start ="),
-        ("        moved = count\n        passes = count * 0\n",
-         "        _stamp(clock_row, 41, PROFILE)\n        moved = count\n        passes = count * 0\n"),
+        ("        moved = count\n", "        _stamp(clock_row, 41, PROFILE)\n        moved = count\n"),
         ("            passes += 1\n", "            _stamp(clock_row, 42 + passes, PROFILE)\n            passes += 1\n"),
     ]  # fmt: skip
     for old, new in inserts:
