@@ -13,7 +13,13 @@ Kernel 1, one program per (row, vocabulary chunk), streams its chunk and writes,
 consecutive tokens, the group's largest key (int32, in group order: a group's index is its place) and,
 per chunk, the (max, exp-sum) pair of the logsumexp. It keeps no other state (no list, no branch on the
 values): a straight read of the logits. After its tiles it reads its group keys back once and writes, for
-every super-group of S consecutive groups, the largest of them.
+every super-group of S consecutive groups, the largest of them. Its loads of the logits are marked
+evict_first: at 64 requests the stream (311 MB) is six times the L2 and, unmarked, pushed out what the kernels
+after it read (the build's code and scratch). On an H200 (results/kernels/h200-2026-12-01d, 64 requests, budget
+64, chain-like drafts; call 1) the mark took the top-K then the build by deviations from 212.2 to 190.0 us (the
+build's share from 66.1 to 48.5; 42.7 alone); rounds (call 2, against h200-2026-12-01c) from 216.5 to 194.9 us
+(217.8 to 209.4 with the level build, 173.1 to 165.0 on the default drafts); batch 1 (4.9 MB of logits) stays
+where it was (48.0 and 48.1 us at budget 256).
 Kernel 2, one program per row:
   - selects the K best groups by (group max desc, group index asc) and writes their indices in group
     order over the front of the keys, finding tau, the smallest chosen group max: with more than K
@@ -115,6 +121,7 @@ _BLOCK = 1024  # at most this many tokens read back, or group keys held, per ste
 _GATHER_FEW = 8192  # tokens read back per step while there are fewer than 4 rows per SM
 _PAD_KEY = tl.constexpr(-2147483648)  # key of no token (padding lanes): below NaN's key
 _TOP_ENTRY = tl.constexpr(9223372036854775807)  # above every entry: a masked lane of a minimum
+_STREAM = tl.constexpr("evict_first")  # the scan's loads of the logits: read once, the first lines the L2 gives up
 
 
 @triton.jit
@@ -261,17 +268,18 @@ def _scan_kernel(
     s = tl.zeros([GT], dtype=tl.float32)
     m = s - _FLT_MAX  # a finite start: exp(x - m) is 0, not NaN, for x = -inf
     full = length // TILE
-    raw = tl.load(src + offs, mask=offs < length, other=0.0)
+    raw = tl.load(src + offs, mask=offs < length, other=0.0, eviction_policy=_STREAM)
     t = row * 0
     while t < full:
-        ahead = tl.load(src + tl.minimum(t + 1, full - 1) * TILE + offs)  # the next tile, in flight meanwhile
+        # the next tile, in flight meanwhile
+        ahead = tl.load(src + tl.minimum(t + 1, full - 1) * TILE + offs, eviction_policy=_STREAM)
         group_max, m, s = _scan_tile(raw, offs < TILE, m, s, scale, GT, G, DIVIDE, FAST, False)
         tl.store(dst + t * GT + slots, group_max)
         raw = ahead
         t += 1
     tail = full * TILE
     if tail < length:
-        raw = tl.load(src + tail + offs, mask=tail + offs < length, other=float("nan"))
+        raw = tl.load(src + tail + offs, mask=tail + offs < length, other=float("nan"), eviction_policy=_STREAM)
         group_max, m, s = _scan_tile(raw, tail + offs < length, m, s, scale, GT, G, DIVIDE, FAST, True)
         slot = full * GT + slots
         tl.store(dst + slot, group_max, mask=slot * G < length)
