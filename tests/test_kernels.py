@@ -96,7 +96,10 @@ def test_build_equals_reference(case):
 
 
 def test_build_random_small_trees():
-    """Many small random trees, every logit flavour, K above and below the budget."""
+    """Many small random trees, every logit flavour, K above and below the budget; the default launch (TAILS up to
+    budget 256) and the level build alone."""
+    from ddtree_core.kernels import tree_build
+
     rng = random.Random(0)
     generator = torch.Generator().manual_seed(0)
     for _ in range(25):
@@ -115,6 +118,8 @@ def test_build_random_small_trees():
         topk = draft_topk(logits, k, impl="reference")
         out, ref = reference_and_triton(topk, budgets, max_depth=depth, max_budget=max_budget)
         assert_same(out, ref)
+        launch = {"TAILS": False}
+        assert_same(tree_build.build_tree_from_topk(topk, budgets, depth, max_budget, launch=launch), ref)
 
 
 def test_build_with_a_fine_bound_equals_reference():
@@ -134,7 +139,7 @@ def test_build_with_a_fine_bound_equals_reference():
         budgets = torch.tensor([rng.randint(1, max_budget) for _ in range(batch)], device=DEVICE)
         launch = {"FINE_BITS": rng.choice([2, 8]), "HIST_BINS": rng.choice([4, 256]),
                   "SORT_SURVIVORS": rng.random() < 0.5, "FCH": rng.choice([0, 8, 16, 64, 1024]),
-                  "CUT": rng.random() < 0.7}  # fmt: skip
+                  "CUT": rng.random() < 0.7, "TAILS": False}  # fmt: skip
         ref = build_tree_from_topk(topk, budgets, max_budget=max_budget, impl="reference")
         assert_same(tree_build.build_tree_from_topk(topk, budgets, length, max_budget, launch=launch), ref)
 
@@ -200,9 +205,9 @@ def test_build_holding_the_chain_equals_reference():
     ],
 )
 def test_build_launch_overrides_keep_the_trees(launch):
-    """Launch overrides change the speed only: a 2-bucket histogram (the loosest bound, and its top bucket
-    ends at 2**31), other radix digits, one warp, small blocks (many loop steps), counted ranks (the
-    order above N = 1024) instead of the sort, the bound's bucket split by 0-8 more bits (FINE_BITS), a
+    """Launch overrides of the level build (TAILS off) change the speed only: a 2-bucket histogram (the loosest
+    bound, and its top bucket ends at 2**31), other radix digits, one warp, small blocks (many loop steps), counted
+    ranks (the order above N = 1024) instead of the sort, the bound's bucket split by 0-8 more bits (FINE_BITS), a
     level's survivors selected instead of sorted once (SORT_SURVIVORS off), the final nodes selected and ranked
     (FCH 0), sorted when the pool holds at most 16 (some requests) or 512 (above the default, 256 at N = 40), or
     its part below the last bound does (CUT: the 16 or 32 there; a cut of a 2-bucket or a 1-bit split's bound
@@ -218,7 +223,7 @@ def test_build_launch_overrides_keep_the_trees(launch):
         budget = torch.tensor(budgets, device=DEVICE)
         ref = build_tree_from_topk(topk, budget, max_depth=8, max_budget=40, impl="reference")
         for hold in (False, True):
-            out = tree_build.build_tree_from_topk(topk, budget, 8, 40, hold, launch=launch)
+            out = tree_build.build_tree_from_topk(topk, budget, 8, 40, hold, launch={"TAILS": False} | launch)
             if hold:
                 ref = build_tree_from_topk(topk, budget, max_depth=8, max_budget=40, hold_chain=True, impl="reference")
             assert_same(out, ref)
@@ -261,6 +266,14 @@ def test_build_by_deviations_equals_reference():
     assert min(built[5]) > 0, built
 
 
+def test_default_launch_builds_by_deviations_up_to_budget_256():
+    from ddtree_core.kernels import tree_build
+
+    assert [tree_build._launch_config(n, 1, False)["TAILS"] for n in (1, 64, 256, 257, 1024)] == [1, 1, 1, 0, 0]
+    assert not tree_build._launch_config(64, 1, False, max_depth=65)["TAILS"]  # deeper: thin tiles of heads
+    assert not tree_build._launch_config(64, 1, False, {"TAILS": False})["TAILS"]
+
+
 def test_build_by_deviations_orders_tie_groups_by_their_parents():
     """Integer log-probs: many nodes share key and depth, and their order is their parents' (then their ranks'). The
     tails build must make these trees itself and match the reference. One sort by (key, depth, entry) fails the
@@ -300,7 +313,8 @@ def test_build_ahead_counts_only_descendants_within_the_depth_limit():
             ref = build_tree_from_topk(topk, budget, max_depth=depth, max_budget=budget, hold_chain=hold,
                                        impl="reference")  # fmt: skip
             for ahead in (4, 16):
-                out = tree_build.build_tree_from_topk(topk, budget, depth, budget, hold, launch={"AHEAD": ahead})
+                launch = {"AHEAD": ahead, "TAILS": False}
+                out = tree_build.build_tree_from_topk(topk, budget, depth, budget, hold, launch=launch)
                 assert_same(out, ref)
 
 

@@ -68,9 +68,9 @@ Cost per level: one pass over the candidates (about b ln b), a few histogram pas
 than b survive, and a sort of b keys (or b * b compares); levels that the bound empties cost nothing, so a
 flat tree (uniform drafts) stops after a level or two.
 
-The build by deviations (TAILS, a launch key, off by default; `_tail_build`). A deep tree is mostly chains of
-rank-0 steps: every node is a head (the root, or a child of rank >= 1) followed by t >= 0 steps of rank 0, and in
-CPU draws like the kernel benchmark's drafts (randn x 4 and x 12; one request at budget 256, four at 64;
+The build by deviations (TAILS, a launch key, on by default up to budget 256; `_tail_build`). A deep tree is mostly
+chains of rank-0 steps: every node is a head (the root, or a child of rank >= 1) followed by t >= 0 steps of rank 0,
+and in CPU draws like the kernel benchmark's drafts (randn x 4 and x 12; one request at budget 256, four at 64;
 results/kernels/h200-2026-12-01b/cpu_counts.py) no tree node has more than two heads below the root, while the
 level build takes one level per depth (11 at batch 1, budget 256 on the chain-like drafts). So TAILS takes levels of
 deviations: level 0 is the chain; level k + 1 is every child of rank >= 1 of a level-k node below the bound (a
@@ -92,7 +92,13 @@ chain's deepest node scores below the depth-1 node of rank b - 1) or when the no
 or the final sort. On an H200 (results/kernels/h200-2026-12-01c, call 1) TAILS built the chain-like drafts (randn x
 12) in 53.2 us against 76.3 at batch 1, budget 256, and in 34.3 against 41.2 at batch 64, budget 64; the default
 drafts (x 4) went to the level build, 21.5 against 20.2 and 10.4 against 10.6. (Before the listed parents, the
-anchors and the counted passes, h200-2026-12-01b: 70.1 and 36.2 us.)
+anchors and the counted passes, h200-2026-12-01b: 70.1 and 36.2 us.) It is on by default since
+results/kernels/h200-2026-12-01d (call 2, rounds): with the top-K's scan no longer pushing the build out of the L2
+(topk_radix.py), TAILS' rounds at batch 64, budget 64 cost what the level build's do on the default drafts (165.2
+against 165.0 us), and on chain-like ones, a confident drafter's (DFlash's acceptance length is 6-8 on blocks of
+16), it takes the round from 209.4 to 194.9 us there and from 105.5 to 83.9 at batch 1, budget 256; its price is
+about 2 us at batch 1 on the default drafts (48.1 against 50.2 at budget 256), the wide-drafts test mostly (level
+0's stamps, h200-2026-12-01c call 1). Above budget 256 it is untimed, so off.
 """
 
 from __future__ import annotations
@@ -1407,7 +1413,7 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "PRE_BOUND": False,  # not timed yet: build_tune --launch PRE_BOUND=1
         "AHEAD": 0,  # off: results/kernels/h200-2026-11-30j (chain-like drafts faster, the default ones slower)
         "RANK_LIMIT": False,
-        "TAILS": False,
+        "TAILS": n <= 256,  # on up to the largest budget timed (results/kernels/h200-2026-12-01d)
         "FD": triton.next_power_of_2(max_depth),
         "TB": 1024,
         "FS": min(1024, 2 * pch),
