@@ -63,13 +63,13 @@ def profiled_build(arch: int) -> None:
     assert "%globaltimer" in ptx and "%clock64" in ptx
     assert "griddepcontrol.launch_dependents" in ptx and "griddepcontrol.wait" in ptx  # pdl.py
     counting = compile_for(tree_build._build_kernel, arch, pointers,
-                           launch | {"HOLD": 1, "SORT_RANKS": False, "PRE_BOUND": True}, warps)  # fmt: skip
+                           launch | {"HOLD": 1, "SORT_RANKS": False, "PRE_BOUND": True, "TAILS": False}, warps)
     assert counting.asm["cubin"]
     fine = compile_for(tree_build._build_kernel, arch, pointers,
-                       launch | {"HOLD": 0, "FINE_BITS": 0, "SORT_SURVIVORS": False, "FCH": 0}, warps)  # fmt: skip
+                       launch | {"HOLD": 0, "FINE_BITS": 0, "SORT_SURVIVORS": False, "FCH": 0, "TAILS": False}, warps)
     assert fine.asm["cubin"]  # the former defaults: no sort of the survivors or the final pool
     ahead = compile_for(tree_build._build_kernel, arch, pointers,
-                        launch | {"HOLD": 2, "AHEAD": 8}, warps)  # fmt: skip
+                        launch | {"HOLD": 2, "AHEAD": 8, "TAILS": False}, warps)  # fmt: skip
     assert ahead.asm["cubin"]  # the look-ahead bound
 
 
