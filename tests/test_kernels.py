@@ -266,6 +266,23 @@ def test_build_by_deviations_equals_reference():
     assert min(built[5]) > 0, built
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("scale, dtype, vocab, budgets", [(12, torch.float32, 2000, [1024]),
+                                                          (4.5, torch.bfloat16, 3000, [1024, 700])])  # fmt: skip
+def test_build_by_deviations_at_budget_1024(scale, dtype, vocab, budgets):
+    """TAILS where the default launch leaves it off (above budget 256): chain-like drafts and bf16 ties."""
+    from ddtree_core.kernels import tree_build
+
+    generator = torch.Generator().manual_seed(7)
+    logits = (torch.randn(len(budgets), 16, vocab, generator=generator) * scale).to(dtype)
+    topk = draft_topk(logits.to(DEVICE), 1024, impl="reference")
+    budget = torch.tensor(budgets, device=DEVICE)
+    paths = torch.zeros(len(budgets), dtype=torch.int32, device=DEVICE)
+    out = tree_build.build_tree_from_topk(topk, budget, 16, 1024, launch={"TAILS": True}, paths=paths)
+    assert_same(out, build_tree_from_topk(topk, budget, max_budget=1024, impl="reference"))
+    assert paths.any()  # TAILS built at least one of them
+
+
 def test_default_launch_builds_by_deviations_up_to_budget_256():
     from ddtree_core.kernels import tree_build
 
