@@ -97,8 +97,9 @@ results/kernels/h200-2026-12-01d (call 2, rounds): with the top-K's scan no long
 (topk_radix.py), TAILS' rounds at batch 64, budget 64 cost what the level build's do on the default drafts (165.2
 against 165.0 us), and on chain-like ones, a confident drafter's (DFlash's acceptance length is 6-8 on blocks of
 16), it takes the round from 209.4 to 194.9 us there and from 105.5 to 83.9 at batch 1, budget 256; its price is
-about 2 us at batch 1 on the default drafts (48.1 against 50.2 at budget 256), the wide-drafts test mostly (level
-0's stamps, h200-2026-12-01c call 1). Above budget 256 it is untimed, so off.
+about 2 us at batch 1 on the default drafts (48.1 against 50.2 at budget 256): 1 us in level 0's stamps, which
+hold the wide-drafts test (h200-2026-12-01c call 1), though not in its loads' latency (h200-2026-12-01d call 3), and
+no spills (ptxas_stats.py there). Above budget 256 it is untimed, so off.
 """
 
 from __future__ import annotations
