@@ -99,7 +99,10 @@ against 165.0 us), and on chain-like ones, a confident drafter's (DFlash's accep
 16), it takes the round from 209.4 to 194.9 us there and from 105.5 to 83.9 at batch 1, budget 256; its price is
 about 2 us at batch 1 on the default drafts (48.1 against 50.2 at budget 256): 1 us in level 0's stamps, which
 hold the wide-drafts test (h200-2026-12-01c call 1), though not in its loads' latency (h200-2026-12-01d call 3), and
-no spills (ptxas_stats.py there). Above budget 256 it is untimed, so off.
+no spills (ptxas_stats.py there); about 1 us of it is the level build compiled inside the larger kernel (a called
+`_tail_build`, h200-2026-12-01e call 1: 49.3 against 50.3 us, dropped since the call cost TAILS 6-12 us at batch 64).
+At batches 8 and 32 (h200-2026-12-01e call 4) TAILS costs the default drafts 0.5-3.6 us and saves chain-like ones
+15-42. Above budget 256 it is untimed, so off.
 """
 
 from __future__ import annotations
@@ -1384,11 +1387,12 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     full level's bound 1.1-1.6 -> 1.9-2.4 us) and from 41.1 to 35.7 at batch 64, budget 64, but the
     benchmark's default drafts from 20.0 to 21.0 at batch 1, budget 256 (10.5 at batch 64, budget 64 either way);
     in rounds (call 5) 49.6 us on the default drafts at batch 1, budget 256, against 47.6-47.9 without.
-    TAILS stays off: in rounds (results/kernels/h200-2026-12-01c, calls 2 and 4) it took the chain-like drafts from
-    105.5 to 83.4 us at batch 1, budget 256 (from 64.0 to 60.8 at 1 x 64, 359.5 to 325.1 at 64 x 256, 217.8 to
-    216.5 at 64 x 64), but the default drafts from 48.0 to 50.3 at batch 1, budget 256, past that cell's 50 us
-    target (37.7 to 39.0 at 1 x 64, 281.3 to 288.3 at 64 x 256, 173.1 to 178.6 at 64 x 64). TB (its tiles of
-    heads, at least 16 and FD) and FS (its final sort; the candidate lists grow to FS) shape it.
+    TAILS is on up to budget 256: in rounds at vocab 152,064 (results/kernels/h200-2026-12-01d call 2, batches 1 and
+    64; h200-2026-12-01e call 4, batches 8 and 32) it takes the chain-like drafts (randn x 12) from 105.5 to 83.9 us
+    at batch 1, budget 256, 158.0 to 116.1 at 8 x 256, 265.1 to 230.8 at 32 x 256 and 209.4 to 194.9 at 64 x 64, and
+    costs the default drafts 0.2-7.7 us (48.1 against 50.2 at batch 1, budget 256; 275.9 against 283.6 at 64 x 256).
+    Above 256 it is untimed (its compile for budget 1024 took 3 min 48 s on a CPU), so off. TB (its tiles of heads,
+    at least 16 and FD) and FS (its final sort; the candidate lists grow to FS) shape it.
     """
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
