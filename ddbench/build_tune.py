@@ -39,7 +39,7 @@ from ddbench.kernel_bench import draft_logits, launch_label, parse_ints, parse_l
 
 LENGTH = 16
 KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS", "SORT_SURVIVORS", "FCH", "CUT",
-        "PRE_BOUND", "AHEAD", "RANK_LIMIT", "TAILS", "TB", "FS")
+        "PRE_BOUND", "AHEAD", "RANK_LIMIT", "TAILS", "TB", "FS", "FR")
 FLAGS = ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "TAILS")  # the bool keys
 # tree_build.LAUNCH_KEYS, in column order
 COLUMNS = ("batch", "budget", "logit_scale", "max_depth", *KEYS, "us", "equal", "mean_depth", "note")

@@ -15,19 +15,19 @@ def test_sweep_times_every_launch_and_checks_its_trees(tmp_path, monkeypatch):
                           extra=[{"FINE_BITS": 0, "SORT_SURVIVORS": False, "FCH": 0}, {"FCH": 0}])  # fmt: skip
     a = "auto"
     assert [(r["max_depth"], *(r[k] for k in build_tune.KEYS)) for r in rows] == [
-        (3, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, 4, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, 4, 2048, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, 2, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, 2, 2048, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, 4, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, 2, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, 16, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, a, False, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, a, a, 0, False, 0, a, a, a, a, a, a, a),
-        (3, a, a, a, a, a, a, a, a, 0, a, a, a, a, a, a, a),
-        (1, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, 4, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, 4, 2048, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, 2, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, 2, 2048, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, 4, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, 2, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, 16, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, a, False, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, a, a, 0, False, 0, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, a, a, a, a, 0, a, a, a, a, a, a, a, a),
+        (1, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
     ]  # fmt: skip  (depth 3 = LENGTH: the full build, timed once)
     assert all(r["equal"] is True and r["us"] > 0 for r in rows), [r["note"] for r in rows]
     assert [r["mean_depth"] for r in rows[-2:]] == [1.0, 2.0] and rows[0]["mean_depth"] == 3.0  # sharp drafts
@@ -42,7 +42,7 @@ def test_best_skips_unequal_and_failed_launches():
         return {"batch": 1, "budget": 8, "logit_scale": 4.0, "max_depth": 16, "num_warps": warps, "HIST_BINS": "auto",
                 "LOG_BINS": "auto", "QCH": "auto", "CHUNK": "auto", "SORT_RANKS": "auto", "FINE_BITS": "auto",
                 "SORT_SURVIVORS": "auto", "FCH": "auto", "CUT": "auto", "PRE_BOUND": "auto", "AHEAD": "auto",
-                "RANK_LIMIT": "auto", "TAILS": "auto", "TB": "auto", "FS": "auto", "us": us,
+                "RANK_LIMIT": "auto", "TAILS": "auto", "TB": "auto", "FS": "auto", "FR": "auto", "us": us,
                 "equal": equal}  # fmt: skip
 
     shallow = {**row(1, 0.5, True), "max_depth": 2}  # a depth-limited row is no launch candidate
@@ -50,6 +50,12 @@ def test_best_skips_unequal_and_failed_launches():
         [row("auto", 9.0, True), row(2, 1.0, False), row(4, "", ""), row(8, 5.0, True), shallow]
     )
     assert [(b["num_warps"], b["us"], b["default_us"]) for b in best] == [(8, 5.0, 9.0)]
+
+
+def test_keys_are_the_builds_launch_keys():
+    from ddtree_core.kernels import tree_build
+
+    assert sorted(build_tune.KEYS) == sorted(tree_build.LAUNCH_KEYS)
 
 
 def test_bad_cells_are_refused():

@@ -233,13 +233,14 @@ def test_build_by_deviations_equals_reference():
     """TAILS (the tree as the chain and rank-0 chains below each deviation) on every logit flavour, held or not, with
     per-request budgets: exact ties (integer logits; bf16) take the passes that order a tie group by its parents'
     places. It builds most requests itself (paths) and hands the rest to the level build with nothing lost: small
-    tiles (TB 32, many steps), a 2-bucket histogram (the loosest bounds) and a final sort of 16 (count > cap)."""
+    tiles (TB 32, many steps), a 2-bucket histogram (the loosest bounds), a start bound over the deviations of rank 1
+    only (FR 2) and a final sort of 16 (count > cap)."""
     from ddtree_core.kernels import tree_build
 
     rng = random.Random(5)
     generator = torch.Generator().manual_seed(5)
     built = {}
-    for launch in ({"TAILS": True}, {"TAILS": True, "TB": 32, "FS": 16, "FINE_BITS": 0, "HIST_BINS": 2}):
+    for launch in ({"TAILS": True}, {"TAILS": True, "TB": 32, "FS": 16, "FINE_BITS": 0, "HIST_BINS": 2, "FR": 2}):
         built[len(launch)] = [0, 0]
         for _ in range(10):
             batch, length, vocab = rng.choice([1, 3]), rng.choice([1, 3, 8, 16]), rng.choice([3, 16, 60, 300])
@@ -263,7 +264,7 @@ def test_build_by_deviations_equals_reference():
                 built[len(launch)][0] += int(paths.sum())
                 built[len(launch)][1] += batch - int(paths.sum())
     assert min(built[1]) > 0, built  # some by deviations, some handed over (wide drafts among them)
-    assert min(built[5]) > 0, built
+    assert min(built[6]) > 0, built
 
 
 @pytest.mark.slow
@@ -352,7 +353,7 @@ def test_build_rejects_bad_launch():
     for bad in (3, 128, -1, True):
         with pytest.raises(ValueError, match="AHEAD"):
             tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"AHEAD": bad})
-    for key, bad in (("TB", 3), ("TB", 32768), ("FS", 1), ("FS", 8192)):
+    for key, bad in (("TB", 3), ("TB", 32768), ("FS", 1), ("FS", 8192), ("FR", 1), ("FR", 12), ("FR", 32)):
         with pytest.raises(ValueError, match=key):
             tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={key: bad})
     with pytest.raises(ValueError, match="TAILS must be a bool"):

@@ -79,7 +79,8 @@ bound (`_tail_chains`; keys never decrease down a path). A level of more parents
 first lists those whose rank-1 child lies below the bound, and steps over them only. Every node of key below the
 bound is found once (its ancestors have smaller or equal keys, so they were found, and were parents, before it).
 The bound starts at the tighter of two (each below b distinct real nodes): the depth-1 node of rank b - 1's key + 1,
-and step 4's bound over the chain and its one-deviation nodes of rank < 16 with their chains (`_deviation_keys`);
+and step 4's bound over the chain and its one-deviation nodes of rank < FR (16 by default) with their chains
+(`_deviation_keys`: FD x FR x FD keys, 4,096 for FD = 16; any FR gives a valid bound, a smaller one a looser one);
 after each level it is step 4's over every node found. The final nodes are then the b first of all nodes below the
 bound in pop order, (key, depth, position in the level), a position being the level's order by (key, parent's
 position, rank): one sort by (key, depth, entry) when no two of the first b + 1 share key and depth, else passes
@@ -912,12 +913,11 @@ def _tail_levels(
     lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, cap, pool_key, pool_pk, pool_score, pool_depth,
     cand_key, cand_pk, node_of, inv, clock_row, chain_key,
     FD: tl.constexpr, TB: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
-    FS: tl.constexpr, CHUNK: tl.constexpr, PROFILE: tl.constexpr,
+    FS: tl.constexpr, FR: tl.constexpr, CHUNK: tl.constexpr, PROFILE: tl.constexpr,
 ):  # fmt: skip
     """`_tail_build` past the chain (in the pool, its keys chain_key [FD]): the start bound, the levels of deviations,
     the pop order; returns the number of nodes, or -1 when the nodes below the bound outgrow the pool or cap."""
     zero = b * 0
-    FR: tl.constexpr = 16  # ranks of the start bound's one-deviation nodes
     RB: tl.constexpr = 16  # ranks a step of `_tail_heads`
     chain = tl.arange(0, FD)
     kr = tl.minimum(k_ranks, b)  # a node of rank r has r siblings before it: ranks >= b are never kept
@@ -986,7 +986,7 @@ def _tail_build(
     lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, cap, pool_key, pool_pk, pool_score, pool_depth,
     cand_key, cand_pk, node_of, inv, clock_row,
     FD: tl.constexpr, TB: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
-    FS: tl.constexpr, CHUNK: tl.constexpr, PROFILE: tl.constexpr,
+    FS: tl.constexpr, FR: tl.constexpr, CHUNK: tl.constexpr, PROFILE: tl.constexpr,
 ):  # fmt: skip
     """TAILS: the tree by deviations (see the module docstring); writes node_of and inv and returns the number of
     nodes, or -1 (nothing written to the tree yet) when the level build must take over: on wide drafts, where the
@@ -1010,8 +1010,8 @@ def _tail_build(
         tl.debug_barrier()
         n_nodes = _tail_levels(
             lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, cap, pool_key, pool_pk, pool_score, pool_depth,
-            cand_key, cand_pk, node_of, inv, clock_row, chain_key, FD, TB, HIST_BINS, HIST_SHIFT, FINE_BITS, FS, CHUNK,
-            PROFILE,
+            cand_key, cand_pk, node_of, inv, clock_row, chain_key, FD, TB, HIST_BINS, HIST_SHIFT, FINE_BITS, FS, FR,
+            CHUNK, PROFILE,
         )  # fmt: skip
     return n_nodes
 
@@ -1193,6 +1193,7 @@ def _build_kernel(
     FD: tl.constexpr = 16,  # TAILS: a power of two >= max_depth
     TB: tl.constexpr = 1024,  # TAILS: entries of a tile of heads (a multiple of 16 and of FD)
     FS: tl.constexpr = 512,  # TAILS: the final sort's block
+    FR: tl.constexpr = 16,  # TAILS: the start bound's one-deviation nodes have ranks below FR (_deviation_keys)
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
     PATHS: tl.constexpr = False,  # write path_ptr
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (pdl.py)
@@ -1232,7 +1233,7 @@ def _build_kernel(
         n_nodes = _tail_build(
             lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, tl.minimum(n_slots, FS), pool_key, pool_pk,
             pool_score, pool_depth, cand_key, cand_pk, node_of, inv, clock_row, FD, TB, HIST_BINS, HIST_SHIFT,
-            FINE_BITS, FS, CHUNK, PROFILE,
+            FINE_BITS, FS, FR, CHUNK, PROFILE,
         )  # fmt: skip
     if PATHS:
         tl.store(path_ptr + pid, (n_nodes >= 0).to(tl.int32))
@@ -1360,6 +1361,7 @@ LAUNCH_KEYS = (
     "TAILS",
     "TB",
     "FS",
+    "FR",
 )  # the overrides `build_tree_from_topk(launch=)` takes
 
 
@@ -1392,7 +1394,9 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     at batch 1, budget 256, 158.0 to 116.1 at 8 x 256, 265.1 to 230.8 at 32 x 256 and 209.4 to 194.9 at 64 x 64, and
     costs the default drafts 0.2-7.7 us (48.1 against 50.2 at batch 1, budget 256; 275.9 against 283.6 at 64 x 256).
     Above 256 it is untimed (its compile for budget 1024 took 3 min 48 s on a CPU), so off. TB (its tiles of heads,
-    at least 16 and FD) and FS (its final sort; the candidate lists grow to FS) shape it.
+    at least 16 and FD), FS (its final sort; the candidate lists grow to FS) and FR (its start bound's ranks; 16, the
+    only value timed: the chain and the start bound took 7.8 us of the 53.5 at batch 1, budget 256 on chain-like
+    drafts in results/kernels/h200-2026-12-01c, call 2) shape it.
     """
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
@@ -1422,6 +1426,7 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "FD": triton.next_power_of_2(max_depth),
         "TB": 1024,
         "FS": min(1024, 2 * pch),
+        "FR": 16,
     } | launch
     config["TB"] = max(config["TB"], config["FD"], 16)  # a tile holds a row of 16 ranks, or of FD depths
     config["TAILS"] = config["TAILS"] and max_depth <= 64  # deeper: thin tiles of heads
@@ -1443,6 +1448,9 @@ def _checked(launch: dict) -> dict:
     ahead = launch.get("AHEAD", 0)
     if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0 or ahead & (ahead - 1) or ahead > 64:
         raise ValueError(f"AHEAD must be 0 or a power of two up to 64, got {ahead!r}")
+    fr = launch.get("FR", 16)
+    if isinstance(fr, bool) or not isinstance(fr, int) or fr < 2 or fr & (fr - 1) or fr > 16:
+        raise ValueError(f"FR must be a power of two in [2, 16], got {fr!r}")
     fch = launch.get("FCH", 0)
     if isinstance(fch, bool) or not isinstance(fch, int) or fch < 0 or fch & (fch - 1) or fch > 4096:
         raise ValueError(f"FCH must be 0 or a power of two up to 4096, got {fch!r}")
