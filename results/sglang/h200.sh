@@ -37,6 +37,10 @@
 #               folder there); campaign-x2: the same with a server on each of GPUs 0 and 1
 #   campaign-check  (nvidia-h200-x2) AR, DFLASH, b127 and b255 of the campaign's config again in one session, both
 #               GPUs (CHECK_GPUS=0: GPU 0 alone): same-session baselines for the campaign's tokens/s
+#   tails       campaign-check's DDTree b127 and b255 cells at T = 0 (gsm8k, humaneval; 1 and 16 in flight) again, with
+#               the build by deviations (TAILS, on by default up to budget 256 since results/kernels/h200-2026-12-01d):
+#               at one request in flight every output must equal campaign-check-h200's, made by the level build
+#               (results/sglang/same_cells.py; the two campaign sessions agreed on 32 of 32 there)
 #   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature x holding the chain, budget 63)
 #   rounds      DFLASH and DDTree b15 / b128 (eager, and folded: SGLANG_DDTREE_DRAFT_GRAPH=1), b15 and b31 holding
 #               the chain (SGLANG_DDTREE_HOLD_CHAIN=1; b15 held is DFLASH's tree), 4 bursts at 1 and 16 in flight;
@@ -253,6 +257,11 @@ sweeps)
         GPUS=${CHECK_GPUS:-0,1} sweep campaign-check --config testbed-h200-campaign --budgets 127,255 ;;
       knobs)
         sweep knobs --config testbed-h200-knobs ;;
+      tails)  # campaign-check's b127 and b255 greedy cells again (its AR and DFLASH cells copied: done, not rerun)
+        rm -rf "$W/runs/tails" && cp -r results/sglang/campaign-check-h200 "$W/runs/tails" \
+          && rm -f "$W/runs/tails"/cells/*ddtree*
+        sweep tails --config testbed-h200-campaign --budgets 127,255 --temperatures 0 --datasets gsm8k,humaneval \
+          --concurrency 1,16 ;;
       gputests)
         python3 -m pytest -q -m gpu tests --ignore=tests/test_datasets.py \
           > "$W/runs/gpu_tests.log" 2>&1
