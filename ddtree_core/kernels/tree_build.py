@@ -1438,7 +1438,7 @@ def _checked(launch: dict) -> dict:
     unknown = set(launch) - set(LAUNCH_KEYS)
     if unknown:
         raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
-    limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384, "TB": 16384, "FS": 4096}
+    limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384, "TB": 16384, "FS": 4096, "FR": 16}
     for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "TAILS"):
         if not isinstance(launch.get(key, False), bool):
             raise ValueError(f"{key} must be a bool, got {launch[key]!r}")
@@ -1448,16 +1448,13 @@ def _checked(launch: dict) -> dict:
     ahead = launch.get("AHEAD", 0)
     if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0 or ahead & (ahead - 1) or ahead > 64:
         raise ValueError(f"AHEAD must be 0 or a power of two up to 64, got {ahead!r}")
-    fr = launch.get("FR", 16)
-    if isinstance(fr, bool) or not isinstance(fr, int) or fr < 2 or fr & (fr - 1) or fr > 16:
-        raise ValueError(f"FR must be a power of two in [2, 16], got {fr!r}")
     fch = launch.get("FCH", 0)
     if isinstance(fch, bool) or not isinstance(fch, int) or fch < 0 or fch & (fch - 1) or fch > 4096:
         raise ValueError(f"FCH must be 0 or a power of two up to 4096, got {fch!r}")
     for key, most in limits.items():
         value = launch.get(key, 16)
-        if value < 2 or value & (value - 1) or value > most:
-            raise ValueError(f"{key} must be a power of two in [2, {most}], got {value}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2 or value & (value - 1) or value > most:
+            raise ValueError(f"{key} must be a power of two in [2, {most}], got {value!r}")
     return dict(launch)
 
 
