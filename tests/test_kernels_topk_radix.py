@@ -176,13 +176,16 @@ def test_tile_candidates_change_only_the_speed(kind, k, emit):
 
 @pytest.mark.parametrize("k, tile, group", [(100, 512, 8), (16, 256, 8)])
 def test_tile_candidates_settle_ranked_by_sort_and_by_counting(k, tile, group):
-    """K = 100 ranked by tl.sort, K = 16 by counting; the last tile partial (5000 = 9 x 512 + 392)."""
+    """K = 100 ranked by tl.sort, K = 16 by counting; the last tile partial (5000 = 9 x 512 + 392); the union
+    gathered in one step, and 2 or 4 tiles a step (3 to 10 steps, the last of 10 tiles by 4 partial)."""
     logits = radix_logits("bf16", (1, 2, 5000), torch.Generator().manual_seed(k)).to(DEVICE)
-    settled = torch.zeros(2, dtype=torch.int32, device=DEVICE)
     need = default_need(k, 5000, tile, group)
-    out = topk_radix.draft_topk(logits, k, 1.0, group=group, tile=tile, chunks=3, emit=need, settled=settled)
-    assert_topk_equal(out, draft_topk(logits, k, impl="reference"))
-    assert settled.tolist() == [1, 1]
+    for union_tiles in (None, 2, 4):
+        settled = torch.zeros(2, dtype=torch.int32, device=DEVICE)
+        out = topk_radix.draft_topk(logits, k, 1.0, group=group, tile=tile, chunks=3, emit=need, settled=settled,
+                                    union_tiles=union_tiles)  # fmt: skip
+        assert_topk_equal(out, draft_topk(logits, k, impl="reference"))
+        assert settled.tolist() == [1, 1]
 
 
 def test_tile_candidates_by_default_for_large_k_and_few_emit_programs():
