@@ -47,23 +47,30 @@ def check(batch: int, budget: int, scale: float, seed: int) -> bool:
     target = deep_walk_target(tree, seed)
     want = {k: v.clone() for k, v in outputs(lists, budget, target, roots, "torch").items()}
     got: dict = {}
-    graph = capture_graph(
-        lambda: got.update(outputs(draft_topk(logits, budget, impl="triton"), budget, target, roots, "triton")))
+    depth = float(want["accept_lens"].float().mean())
+    return replayed(lambda: got.update(outputs(draft_topk(logits, budget, impl="triton"), budget, target, roots,
+                                               "triton")),
+                    lambda: differ(got, want), f"{batch}x{budget} x{scale:g} seed {seed}: mean walk {depth:.1f}")
+
+
+def replayed(round_, compare, label: str) -> bool:
+    """Capture round_ in a CUDA graph, replay it once and 99 times more, compare() (the fields that differ) after
+    the first and the last replay; prints label and both verdicts, returns whether both found nothing."""
+    graph = capture_graph(round_)
     graph.replay()
     torch.cuda.synchronize()
-    first = differ(got, want)
+    first = compare()
     for _ in range(99):
         graph.replay()
     torch.cuda.synchronize()
-    last = differ(got, want)
-    depth = float(want["accept_lens"].float().mean())
-    print(f"{batch}x{budget} x{scale:g} seed {seed}: mean walk {depth:.1f}; after 1 replay "
-          f"{'equal' if not first else 'DIFFER ' + ','.join(first)}; after 100 "
+    last = compare()
+    print(f"{label}; after 1 replay {'equal' if not first else 'DIFFER ' + ','.join(first)}; after 100 "
           f"{'equal' if not last else 'DIFFER ' + ','.join(last)}", flush=True)
     return not first and not last
 
 
-def main(cells: str, scales: str) -> None:
+def run(check, cells: str, scales: str) -> None:
+    """check(batch, budget, scale, seed) for each cell (BATCHxBUDGET), scale and seed 0-1; exits 1 on any False."""
     results = [check(int(c.split("x")[0]), int(c.split("x")[1]), float(s), seed)
                for c in cells.split(",") for s in scales.split(",") for seed in (0, 1)]
     print("all equal" if all(results) else f"{results.count(False)} DIFFER", flush=True)
@@ -71,4 +78,4 @@ def main(cells: str, scales: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    run(check, *sys.argv[1:])

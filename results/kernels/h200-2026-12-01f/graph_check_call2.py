@@ -1,5 +1,6 @@
-"""The first graph_check.py, as call 2 ran it: the Triton round as a CUDA graph against the torch round from its own
-top-K lists (a comparison this folder's README shows to be too strict: the two top-Ks' log-probs round differently).
+"""The comparison of the first graph_check.py, as call 2 ran it (its replays now graph_check.py's): the Triton round
+as a CUDA graph against the torch round from its own top-K lists (a comparison this folder's README shows to be too
+strict: the two top-Ks' log-probs round differently).
 
     python3 results/kernels/h200-2026-12-01f/graph_check_call2.py CELLS SCALES
 """
@@ -8,11 +9,12 @@ import sys
 
 import torch
 
-from ddbench.kernel_bench import capture_graph, deep_walk_target, draft_logits
+from ddbench.kernel_bench import deep_walk_target, draft_logits
 from ddtree_core import encoding, mask
 from ddtree_core.kernels import tree_mask
 from ddtree_core.tree import build_tree_from_topk, draft_topk
 from ddtree_core.verify import follow_tree
+from graph_check import replayed, run  # this folder's (the script's folder is on sys.path)
 
 EXACT = ("ids", "token_ids", "parents", "depths", "num_nodes", "mask", "positions", "accepted", "accept_lens", "bonus")
 
@@ -49,27 +51,10 @@ def check(batch: int, budget: int, scale: float, seed: int) -> bool:
     target = deep_walk_target(tree, seed)
     want = {k: v.clone() for k, v in outputs(logits, budget, target, roots, "torch").items()}
     got: dict = {}
-    graph = capture_graph(lambda: got.update(outputs(logits, budget, target, roots, "triton")))
-    graph.replay()
-    torch.cuda.synchronize()
-    first = same(got, want)
-    for _ in range(99):
-        graph.replay()
-    torch.cuda.synchronize()
-    last = same(got, want)
     depth = int(want["accept_lens"].float().mean())
-    print(f"{batch}x{budget} x{scale:g} seed {seed}: walk depth {depth}; after 1 replay "
-          f"{'equal' if not first else 'DIFFER ' + ','.join(first)}; after 100 "
-          f"{'equal' if not last else 'DIFFER ' + ','.join(last)}", flush=True)
-    return not first and not last
-
-
-def main(cells: str, scales: str) -> None:
-    results = [check(int(c.split("x")[0]), int(c.split("x")[1]), float(s), seed)
-               for c in cells.split(",") for s in scales.split(",") for seed in (0, 1)]
-    print("all equal" if all(results) else f"{results.count(False)} DIFFER", flush=True)
-    sys.exit(0 if all(results) else 1)
+    return replayed(lambda: got.update(outputs(logits, budget, target, roots, "triton")), lambda: same(got, want),
+                    f"{batch}x{budget} x{scale:g} seed {seed}: walk depth {depth}")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    run(check, *sys.argv[1:])
