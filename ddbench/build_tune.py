@@ -40,7 +40,7 @@ from ddbench.kernel_bench import draft_logits, launch_label, parse_ints, parse_l
 LENGTH = 16
 KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS", "SORT_SURVIVORS", "FCH", "CUT",
         "PRE_BOUND", "AHEAD", "RANK_LIMIT", "TAILS", "TB", "FS", "FR")
-FLAGS = ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "TAILS")  # the bool keys
+FLAGS = ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "TAILS", "SPLIT")  # the bool keys
 # tree_build.LAUNCH_KEYS, in column order
 COLUMNS = ("batch", "budget", "logit_scale", "max_depth", *KEYS, "us", "equal", "mean_depth", "note")
 PHASE_COLUMNS = ("batch", "budget", "logit_scale", "launch", "phase", "us")
@@ -123,6 +123,7 @@ def phases(lists, budget: int, launch: dict | None = None) -> dict[str, float]:
     from ddtree_core.kernels import tree_build
 
     clock = torch.zeros(lists.log_probs.shape[0], tree_build.clock_slots(LENGTH), dtype=torch.int64, device="cuda")
+    launch = (launch or {}) | {"SPLIT": False}  # the stamps are one kernel's
     for stamps in (None, None, clock):
         tree_build.build_tree_from_topk(lists, budget, LENGTH, budget, launch=launch, clock=stamps)
     torch.cuda.synchronize()

@@ -284,6 +284,33 @@ def test_build_by_deviations_at_budget_1024(scale, dtype, vocab, budgets):
     assert paths.any()  # TAILS built at least one of them
 
 
+def test_split_build_equals_the_reference():
+    """SPLIT: the tails build in one kernel, the level build of the requests it left in a second. One batch mixes
+    chain-like drafts (built by the first kernel), wide ones and a budget of 0 (handed over at once), each held or not;
+    a final sort of 16 (FS) makes the first kernel give up after it has filled the pool, which the second rebuilds."""
+    from ddtree_core.kernels import tree_build
+
+    generator = torch.Generator().manual_seed(11)
+    scales = torch.tensor([12.0, 1.0, 12.0, 4.0]).view(4, 1, 1)
+    topk = draft_topk((torch.randn(4, 8, 200, generator=generator) * scales).to(DEVICE), 40, impl="reference")
+    budget = torch.tensor([40, 40, 0, 23], device=DEVICE)
+    hold = torch.tensor([False, True, False, True], device=DEVICE)
+    ref = build_tree_from_topk(topk, budget, max_budget=40, hold_chain=hold, impl="reference")
+    for launch in ({"TAILS": True}, {"TAILS": True, "FS": 16}):
+        one = torch.zeros(4, dtype=torch.int32, device=DEVICE)
+        assert_same(tree_build.build_tree_from_topk(topk, budget, 8, 40, hold, launch=launch, paths=one), ref)
+        assert one.tolist() == ([1, 0, 0, 1] if len(launch) == 1 else [0, 0, 0, 0])  # budgets above FS: it gave up
+        paths = torch.full((4,), 7, dtype=torch.int32, device=DEVICE)
+        out = tree_build.build_tree_from_topk(topk, budget, 8, 40, hold, launch=launch | {"SPLIT": True}, paths=paths)
+        assert_same(out, ref)
+        assert paths.tolist() == one.tolist()  # the first kernel built what the one-kernel build's tails build did
+        assert_same(tree_build.build_tree_from_topk(topk, budget, 8, 40, hold, launch={"TAILS": True, "SPLIT": True}),
+                    ref)  # its own hand-over buffer
+    with pytest.raises(ValueError, match="SPLIT=0 to profile"):
+        clock = torch.zeros(4, tree_build.clock_slots(8), dtype=torch.int64, device=DEVICE)
+        tree_build.build_tree_from_topk(topk, budget, 8, 40, launch={"SPLIT": True}, clock=clock)
+
+
 def test_default_launch_builds_by_deviations_up_to_budget_256():
     from ddtree_core.kernels import tree_build
 

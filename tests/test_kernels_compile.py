@@ -54,9 +54,10 @@ def profiled_build(arch: int) -> None:
     pointers = {"lp_ptr": "*fp32", "ids_ptr": "*i64", "budget_ptr": "*i64", "hold_ptr": "*i1", "pairs_ptr": "*i32",
                 "row_end_ptr": "*i32", "ws_int_ptr": "*i32", "ws_flt_ptr": "*fp32", "tok_out": "*i64",
                 "par_out": "*i64", "dep_out": "*i64", "cnt_out": "*i64", "score_out": "*fp32", "rank_out": "*i64",
-                "clock_ptr": "*i64"}  # fmt: skip
+                "clock_ptr": "*i64", "path_ptr": "*i32"}  # fmt: skip
     launch = tree_build._launch_config(256, 1570, False)
     warps = launch.pop("num_warps")
+    launch.pop("SPLIT")  # a host-side choice: the two kernels are the STAGE values below
     compiled = compile_for(tree_build._build_kernel, arch, pointers, launch | {"HOLD": 0, "PROFILE": True, "PDL": True},
                            warps)  # fmt: skip
     ptx = compiled.asm["ptx"]
@@ -71,6 +72,10 @@ def profiled_build(arch: int) -> None:
     ahead = compile_for(tree_build._build_kernel, arch, pointers,
                         launch | {"HOLD": 2, "AHEAD": 8, "TAILS": False}, warps)  # fmt: skip
     assert ahead.asm["cubin"]  # the look-ahead bound
+    for stage in (1, 2):  # SPLIT's kernels: the tails build alone, the level build of the rows it left
+        split = compile_for(tree_build._build_kernel, arch, pointers,
+                            launch | {"HOLD": 0, "PDL": True, "STAGE": stage, "TAILS": stage == 1}, warps)
+        assert "griddepcontrol.wait" in split.asm["ptx"]
 
 
 # the radix selection kernel's pointer parameters, as a bf16 launch passes them

@@ -1163,7 +1163,7 @@ def _build_kernel(
     score_out,  # [B, n_max + 1] float32: path log-prob; root 0, padding -inf
     rank_out,  # [B, n_max + 1] int64: rank of the node's token at its depth; root and padding -1
     clock_ptr,  # [B, clock_slots(max_depth)] int64: phase stamps (read when PROFILE)
-    path_ptr,  # [B] int32: 1 where TAILS built the tree, else 0 (written when PATHS)
+    path_ptr,  # [B] int32: 1 where TAILS built the tree, else 0 (written when PATHS, read when STAGE 2)
     s_lb, s_ll, s_lk,  # strides of lp_ptr (elements)
     s_ib, s_il, s_ik,  # strides of ids_ptr (elements)
     max_depth,  # int: levels to build, 1 <= max_depth <= L
@@ -1196,6 +1196,7 @@ def _build_kernel(
     FR: tl.constexpr = 16,  # TAILS: the start bound's one-deviation nodes have ranks below FR (_deviation_keys)
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
     PATHS: tl.constexpr = False,  # write path_ptr
+    STAGE: tl.constexpr = 0,  # 0: the whole build; SPLIT's kernels: 1 the tails build, 2 the level build of the rest
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (pdl.py)
 ):  # fmt: skip
     wait_for_inputs(PDL)
@@ -1229,30 +1230,39 @@ def _build_kernel(
 
     k_ranks = tl.load(row_end_ptr)  # parent 0's pairs: min(K, N) ranks
     n_nodes = zero - 1  # the tails' build gave up (or did not run)
-    if TAILS & (b > 0):
-        n_nodes = _tail_build(
-            lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, tl.minimum(n_slots, FS), pool_key, pool_pk,
-            pool_score, pool_depth, cand_key, cand_pk, node_of, inv, clock_row, FD, TB, HIST_BINS, HIST_SHIFT,
-            FINE_BITS, FS, FR, CHUNK, PROFILE,
-        )  # fmt: skip
+    writes = zero + 1  # this program writes the request's tree
+    if STAGE == 2:  # unless the first kernel's tails build did
+        writes = 1 - tl.load(path_ptr + pid)
+    if TAILS:
+        if STAGE != 2:
+            if b > 0:
+                n_nodes = _tail_build(
+                    lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, tl.minimum(n_slots, FS), pool_key,
+                    pool_pk, pool_score, pool_depth, cand_key, cand_pk, node_of, inv, clock_row, FD, TB, HIST_BINS,
+                    HIST_SHIFT, FINE_BITS, FS, FR, CHUNK, PROFILE,
+                )  # fmt: skip
     if PATHS:
         tl.store(path_ptr + pid, (n_nodes >= 0).to(tl.int32))
-    if n_nodes < 0:
-        n_nodes = _level_build(
-            lp_row, s_ll, s_lk, pairs_ptr, row_end_ptr, b, held, k_ranks, max_depth, n_max, n_slots, cand_key, cand_pk,
-            cand_score, comp_key, comp_pk, comp_score, pool_key, pool_pk, pool_score, pool_depth, node_of, inv,
-            clock_row, CHUNK, PCH, QCH, LOG_BINS, HIST_BINS, HIST_SHIFT, SORT_RANKS, FINE_BITS, SORT_SURVIVORS, SCH,
-            FCH, CUT, PRE_BOUND, AHEAD, RANK_LIMIT, PROFILE,
+    if STAGE == 1:  # the tails build alone: the second kernel builds the rest
+        writes = (n_nodes >= 0).to(tl.int32)
+    else:
+        if (n_nodes < 0) & (writes != 0):
+            n_nodes = _level_build(
+                lp_row, s_ll, s_lk, pairs_ptr, row_end_ptr, b, held, k_ranks, max_depth, n_max, n_slots, cand_key,
+                cand_pk, cand_score, comp_key, comp_pk, comp_score, pool_key, pool_pk, pool_score, pool_depth, node_of,
+                inv, clock_row, CHUNK, PCH, QCH, LOG_BINS, HIST_BINS, HIST_SHIFT, SORT_RANKS, FINE_BITS,
+                SORT_SURVIVORS, SCH, FCH, CUT, PRE_BOUND, AHEAD, RANK_LIMIT, PROFILE,
+            )  # fmt: skip
+    if writes != 0:
+        tl.debug_barrier()
+        _stamp(clock_row, 3 + 4 * max_depth, PROFILE)
+        width = n_max + 1
+        _write_tree(
+            n_nodes, inv, node_of, pool_pk, pool_score, pool_depth, ids_ptr + pid * s_ib, s_il, s_ik,
+            tok_out + pid * n_max, par_out + pid * width, dep_out + pid * width, score_out + pid * width,
+            rank_out + pid * width, width, WCH,
         )  # fmt: skip
-    tl.debug_barrier()
-    _stamp(clock_row, 3 + 4 * max_depth, PROFILE)
-    width = n_max + 1
-    _write_tree(
-        n_nodes, inv, node_of, pool_pk, pool_score, pool_depth, ids_ptr + pid * s_ib, s_il, s_ik,
-        tok_out + pid * n_max, par_out + pid * width, dep_out + pid * width, score_out + pid * width,
-        rank_out + pid * width, width, WCH,
-    )  # fmt: skip
-    tl.store(cnt_out + pid, n_nodes.to(tl.int64))
+        tl.store(cnt_out + pid, n_nodes.to(tl.int64))
     _stamp(clock_row, 4 + 4 * max_depth, PROFILE)
     _stamp(clock_row, 5 + 4 * max_depth, PROFILE, True)
     let_next_start(PDL)
@@ -1303,6 +1313,9 @@ def build_tree_from_topk(
     pool_size = 1 + max_depth * n
     per_request = isinstance(budget, torch.Tensor)
     config = _launch_config(n, pairs.numel(), per_request, launch, max_depth)
+    split = config.pop("SPLIT") and config["TAILS"]
+    if split and clock is not None:
+        raise ValueError("clock stamps a build of one kernel: launch SPLIT=0 to profile it")
     slots = max(pairs.numel(), config["FS"] if config["TAILS"] else 0)  # the candidate lists (P, or the final sort's)
     ws_int = torch.empty((batch, 2 * slots + 2 * n + 4 * pool_size), dtype=torch.int32, device=device)
     ws_flt = torch.empty((batch, slots + n + pool_size), dtype=torch.float32, device=device)
@@ -1316,14 +1329,18 @@ def build_tree_from_topk(
         check_clock(clock, batch, clock_slots(max_depth))
     if paths is not None and (paths.shape != (batch,) or paths.dtype != torch.int32 or paths.device != device):
         raise ValueError(f"paths must be an int32 tensor [{batch}] on {device}")
-    _build_kernel[(batch,)](
-        log_probs, token_ids, budgets, 0 if per_request else int(budget), holds, pairs, row_end, ws_int, ws_flt,
-        tree.token_ids, tree.parents, tree.depths, tree.num_nodes, tree.scores, tree.ranks,
-        tree.num_nodes if clock is None else clock, tree.num_nodes if paths is None else paths,
-        *log_probs.stride(), *token_ids.stride(), max_depth, n, slots, pool_size,
-        HOLD=2 if per_request_hold else int(hold_chain), PROFILE=clock is not None, PATHS=paths is not None,
-        **config, **pdl_options(device),
-    )  # fmt: skip
+    if split and paths is None:
+        paths = torch.empty(batch, dtype=torch.int32, device=device)  # the first kernel's hand-over to the second
+    for stage in (1, 2) if split else (0,):
+        _build_kernel[(batch,)](
+            log_probs, token_ids, budgets, 0 if per_request else int(budget), holds, pairs, row_end, ws_int, ws_flt,
+            tree.token_ids, tree.parents, tree.depths, tree.num_nodes, tree.scores, tree.ranks,
+            tree.num_nodes if clock is None else clock, tree.num_nodes if paths is None else paths,
+            *log_probs.stride(), *token_ids.stride(), max_depth, n, slots, pool_size,
+            HOLD=2 if per_request_hold else int(hold_chain), PROFILE=clock is not None,
+            PATHS=paths is not None and stage != 2, STAGE=stage, **(config | {"TAILS": config["TAILS"] and stage != 2}),
+            **pdl_options(device),
+        )  # fmt: skip
     return tree
 
 
@@ -1362,6 +1379,7 @@ LAUNCH_KEYS = (
     "TB",
     "FS",
     "FR",
+    "SPLIT",
 )  # the overrides `build_tree_from_topk(launch=)` takes
 
 
@@ -1427,6 +1445,7 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "TB": 1024,
         "FS": min(1024, 2 * pch),
         "FR": 16,
+        "SPLIT": False,
     } | launch
     config["TB"] = max(config["TB"], config["FD"], 16)  # a tile holds a row of 16 ranks, or of FD depths
     config["TAILS"] = config["TAILS"] and max_depth <= 64  # deeper: thin tiles of heads
@@ -1439,7 +1458,7 @@ def _checked(launch: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
     limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384, "TB": 16384, "FS": 4096, "FR": 16}
-    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "TAILS"):
+    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "TAILS", "SPLIT"):
         if not isinstance(launch.get(key, False), bool):
             raise ValueError(f"{key} must be a bool, got {launch[key]!r}")
     fine_bits = launch.get("FINE_BITS", 0)
