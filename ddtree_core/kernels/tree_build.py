@@ -104,6 +104,14 @@ no spills (ptxas_stats.py there); about 1 us of it is the level build compiled i
 `_tail_build`, h200-2026-12-01e call 1: 49.3 against 50.3 us, dropped since the call cost TAILS 6-12 us at batch 64).
 At batches 8 and 32 (h200-2026-12-01e call 4) TAILS costs the default drafts 0.5-3.6 us and saves chain-like ones
 15-42. Above budget 256 it is untimed, so off.
+
+SPLIT (a launch key, off by default) runs TAILS as two kernels: the first (STAGE 1, no level build compiled in)
+builds the requests it can and marks them in `paths`, the second (STAGE 2, no tails build compiled in) runs the level
+build for the rest, its programs for the others ending at once. On an H200 (results/kernels/h200-2026-12-01g, call 1,
+batch 1, budget 256, rounds) the two kernels took 23.1 us of device time against the one kernel's 23.0 on the
+default drafts (the level build alone about 1.5 us faster, the second launch about as much), rounds 50.3 against
+50.4 us (47.5 against 47.8 in a graph of 8); on chain-like drafts 82.7 against 84.0. Larger batches are untimed, so
+it stays off.
 """
 
 from __future__ import annotations
@@ -1414,7 +1422,8 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     Above 256 it is untimed (its compile for budget 1024 took 3 min 48 s on a CPU), so off. TB (its tiles of heads,
     at least 16 and FD), FS (its final sort; the candidate lists grow to FS) and FR (its start bound's ranks; 16, the
     only value timed: the chain and the start bound took 7.8 us of the 53.5 at batch 1, budget 256 on chain-like
-    drafts in results/kernels/h200-2026-12-01c, call 2) shape it.
+    drafts in results/kernels/h200-2026-12-01c, call 2) shape it. SPLIT (TAILS as two kernels, the module
+    docstring) stays off until timed at larger batches.
     """
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
