@@ -34,12 +34,14 @@ nodes of depth d, with b the request's budget:
      that keeps b nodes, the count also takes the rank-0 descendants, up to AHEAD depths down, of its 256 / AHEAD
      best nodes (`_ahead_bound`): nodes that exist and are not kept yet, so the bound stays valid, and on chain-like
      drafts, where every node heads a chain of near-equal scores, it is much tighter.
-Level 0, the root's children, takes none of these passes: its pairs (0, r) are the first min(K, b) ranks of depth 1,
-none cut (no bound yet) and already in level order, so they go straight from the lists to the pool (`_append_first`:
-one load of the log-probs instead of the expand's stores, the order check's and the append's loads), and step 4 and
-the next level's parents come from the keys and scores it holds in registers (`_first_bound`), not from two passes
-over the pool. Untimed on the GPU (h200-2026-11-30i stamped these phases at 1.73, 0.40, 0.50 and 1.24 us at batch 1,
-budget 256).
+Level 0, the root's children, takes none of these passes (with FINE_BITS on, AHEAD off and min(K, b) <= PCH): its
+pairs (0, r) are the first min(K, b) ranks of depth 1, none cut (no bound yet) and already in level order, so they go
+straight from the lists to the pool (`_append_first`: one load of the log-probs instead of the expand's stores, the
+order check's and the append's loads), and step 4 and the next level's parents come from the keys and scores it holds
+in registers (`_first_bound`), not from two passes over the pool. Untimed on the GPU (h200-2026-11-30i stamped these
+phases at 1.73, 0.40, 0.50 and 1.24 us at batch 1, budget 256); compiled for sm_90a at budget 256 the kernel takes
+255 registers against 203, without spills (results/kernels/h200-2026-12-01d/ptxas_stats.py; one program of 8 warps
+per SM either way).
 Holding the chain (tree.py), a request's keys are 0 on the pairs (0, 0) of finite score, the chain, and
 bits(-score) + 1 elsewhere, as in batched.py; keys stay below INT32_MAX and a child's key is still
 never smaller than its parent's, so steps 1-4 are unchanged.
@@ -1090,97 +1092,98 @@ def _level_build(
     pool_n = zero + 1  # next free pool entry
     TOP: tl.constexpr = 256 // AHEAD if AHEAD > 0 else 1  # AHEAD's nodes: AHEAD x TOP descendants, one block
     cap = tl.minimum(zero + n_max, PCH)  # PRE_BOUND's cut: survivors held for one sort (comp holds n_max)
-    n_first = tl.minimum(k_ranks, b)  # the root's children
-    while (d < max_depth) & (n_parents > 0):
-        bounded = zero  # this level's bound and parents are set
-        if (d == 0) & (n_first <= PCH):  # the root's children, appended as they are (_append_first)
-            n_kept = n_first
-            hist, key, score = _append_first(lp_row, s_lk, n_kept, held, pool_key, pool_pk, pool_score, pool_depth,
+    if (FINE_BITS > 0) & (AHEAD == 0):  # level 0, the root's children, as they are (_append_first, _first_bound)
+        n_first = tl.minimum(k_ranks, b)
+        if (n_parents > 0) & (max_depth > 0) & (n_first <= PCH):
+            hist, key, score = _append_first(lp_row, s_lk, n_first, held, pool_key, pool_pk, pool_score, pool_depth,
                                              hist, PCH, HIST_BINS, HIST_SHIFT)  # fmt: skip
             _stamp(clock_row, 2, PROFILE)
             _stamp(clock_row, 3, PROFILE)
-            if (FINE_BITS > 0) & (AHEAD == 0):
-                lp_best = tl.load(lp_row + s_ll, mask=max_depth > 1, other=0.0)
-                bound, fine, fine_bucket, n_parents = _first_bound(hist, key, score, n_kept, b, lp_best, held, PCH,
-                                                                   HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
-                bounded = zero + 1
-        else:
-            n_cand = tl.load(row_end_ptr + n_parents - 1)
-            tile_bits = zero - 1  # the pair table
-            n_ranks = zero + _I32_MAX
-            if RANK_LIMIT & (bound < _I32_MAX):  # parent 0 scores best: the chain (all ranks 0) or the smallest key
-                best = tl.load(pool_score + start_par)
-                n_ranks = _rank_limit(lp_row + d * s_ll, s_lk, k_ranks, best, held, bound, PCH)
-                bits = _bit_length(n_ranks - 1)
-                if (n_parents << bits) < n_cand:
-                    n_cand = n_parents << bits
-                    tile_bits = bits
-            n_valid = _expand_level(
-                lp_row, s_ll, s_lk, pairs_ptr, n_cand, tile_bits, n_ranks, d, b, held, bound, start_par, pool_score,
-                cand_key, cand_pk, cand_score, CHUNK,
+            lp_best = tl.load(lp_row + s_ll, mask=max_depth > 1, other=0.0)
+            bound, fine, fine_bucket, n_parents = _first_bound(hist, key, score, n_first, b, lp_best, held, PCH,
+                                                               HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
+            tl.debug_barrier()
+            _stamp(clock_row, 4, PROFILE)
+            _stamp(clock_row, 5, PROFILE)
+            pool_n += n_first  # the level's parents start at pool entry 1 (start_par)
+            start_par = zero + 1
+            d += 1
+    while (d < max_depth) & (n_parents > 0):
+        n_cand = tl.load(row_end_ptr + n_parents - 1)
+        tile_bits = zero - 1  # the pair table
+        n_ranks = zero + _I32_MAX
+        if RANK_LIMIT & (bound < _I32_MAX):  # parent 0 scores best: the chain (all ranks 0) or the smallest key
+            best = tl.load(pool_score + start_par)
+            n_ranks = _rank_limit(lp_row + d * s_ll, s_lk, k_ranks, best, held, bound, PCH)
+            bits = _bit_length(n_ranks - 1)
+            if (n_parents << bits) < n_cand:
+                n_cand = n_parents << bits
+                tile_bits = bits
+        n_valid = _expand_level(
+            lp_row, s_ll, s_lk, pairs_ptr, n_cand, tile_bits, n_ranks, d, b, held, bound, start_par, pool_score,
+            cand_key, cand_pk, cand_score, CHUNK,
+        )  # fmt: skip
+        tl.debug_barrier()
+        _stamp(clock_row, 2 + 4 * d, PROFILE)
+        n_kept = tl.minimum(n_valid, b)
+        # A list in (i, r) order whose keys never decrease is in level order as it stands: no ranks needed
+        # (always at level 0, whose candidates (0, r) follow the best-first lists; so with one parent).
+        in_order = _ascending(cand_key, n_valid, CHUNK)
+        sort_once = SORT_SURVIVORS & (n_valid > b) & (n_valid <= SCH)
+        n_below = cap + 1  # survivors below their own bound, once counted (PRE_BOUND): more than cap, none counted
+        if PRE_BOUND & (n_valid > b) & (sort_once == 0):
+            level_cut = _survivor_bound(hist, b, pool_key, pool_n, cand_key, n_valid, CHUNK, HIST_BINS, HIST_SHIFT,
+                                        FINE_BITS)  # fmt: skip
+            n_below = _compact_below(cand_key, cand_pk, n_valid, level_cut, comp_key, comp_pk, cap, False, CHUNK)
+            tl.debug_barrier()
+        if sort_once:
+            _stamp(clock_row, 3 + 4 * d, PROFILE)
+            hist = _append_sorted(
+                cand_key, cand_pk, n_valid, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
+                lp_row + d * s_ll, s_lk, SCH, HIST_BINS, HIST_SHIFT,
+            )  # fmt: skip
+        elif n_below <= cap:  # PRE_BOUND left at most a block of ranks: one sort of it keeps the level's best
+            n_kept = tl.minimum(n_below, b)
+            _stamp(clock_row, 3 + 4 * d, PROFILE)
+            hist = _append_sorted(
+                comp_key, comp_pk, n_below, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
+                lp_row + d * s_ll, s_lk, PCH, HIST_BINS, HIST_SHIFT,
+            )  # fmt: skip
+        elif n_valid > b:
+            lower, upper, left = _select_bucket(cand_key, n_valid, b, CHUNK, LOG_BINS)
+            _compact_selected(
+                cand_key, cand_pk, cand_score, n_valid, lower, upper, left, comp_key, comp_pk, comp_score,
+                False, CHUNK,
             )  # fmt: skip
             tl.debug_barrier()
-            _stamp(clock_row, 2 + 4 * d, PROFILE)
-            n_kept = tl.minimum(n_valid, b)
-            # A list in (i, r) order whose keys never decrease is in level order as it stands: no ranks needed
-            # (so with one parent, whose candidates (0, r) follow the best-first lists).
-            in_order = _ascending(cand_key, n_valid, CHUNK)
-            sort_once = SORT_SURVIVORS & (n_valid > b) & (n_valid <= SCH)
-            n_below = cap + 1  # survivors below their own bound, once counted (PRE_BOUND): more than cap, none counted
-            if PRE_BOUND & (n_valid > b) & (sort_once == 0):
-                level_cut = _survivor_bound(hist, b, pool_key, pool_n, cand_key, n_valid, CHUNK, HIST_BINS, HIST_SHIFT,
-                                            FINE_BITS)  # fmt: skip
-                n_below = _compact_below(cand_key, cand_pk, n_valid, level_cut, comp_key, comp_pk, cap, False, CHUNK)
-                tl.debug_barrier()
-            if sort_once:
-                _stamp(clock_row, 3 + 4 * d, PROFILE)
-                hist = _append_sorted(
-                    cand_key, cand_pk, n_valid, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
-                    lp_row + d * s_ll, s_lk, SCH, HIST_BINS, HIST_SHIFT,
-                )  # fmt: skip
-            elif n_below <= cap:  # PRE_BOUND left at most a block of ranks: one sort of it keeps the level's best
-                n_kept = tl.minimum(n_below, b)
-                _stamp(clock_row, 3 + 4 * d, PROFILE)
-                hist = _append_sorted(
-                    comp_key, comp_pk, n_below, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
-                    lp_row + d * s_ll, s_lk, PCH, HIST_BINS, HIST_SHIFT,
-                )  # fmt: skip
-            elif n_valid > b:
-                lower, upper, left = _select_bucket(cand_key, n_valid, b, CHUNK, LOG_BINS)
-                _compact_selected(
-                    cand_key, cand_pk, cand_score, n_valid, lower, upper, left, comp_key, comp_pk, comp_score,
-                    False, CHUNK,
-                )  # fmt: skip
-                tl.debug_barrier()
-                _stamp(clock_row, 3 + 4 * d, PROFILE)
-                hist = _append_level(
-                    comp_key, comp_pk, comp_score, n_kept, in_order, d + 1, pool_n, pool_key, pool_pk, pool_score,
-                    pool_depth, hist, lp_row + d * s_ll, s_lk, PCH, QCH, HIST_BINS, HIST_SHIFT, SORT_RANKS,
-                )  # fmt: skip
-            else:
-                _stamp(clock_row, 3 + 4 * d, PROFILE)
-                hist = _append_level(
-                    cand_key, cand_pk, cand_score, n_kept, in_order, d + 1, pool_n, pool_key, pool_pk, pool_score,
-                    pool_depth, hist, lp_row + d * s_ll, s_lk, PCH, QCH, HIST_BINS, HIST_SHIFT, SORT_RANKS,
-                )  # fmt: skip
+            _stamp(clock_row, 3 + 4 * d, PROFILE)
+            hist = _append_level(
+                comp_key, comp_pk, comp_score, n_kept, in_order, d + 1, pool_n, pool_key, pool_pk, pool_score,
+                pool_depth, hist, lp_row + d * s_ll, s_lk, PCH, QCH, HIST_BINS, HIST_SHIFT, SORT_RANKS,
+            )  # fmt: skip
+        else:
+            _stamp(clock_row, 3 + 4 * d, PROFILE)
+            hist = _append_level(
+                cand_key, cand_pk, cand_score, n_kept, in_order, d + 1, pool_n, pool_key, pool_pk, pool_score,
+                pool_depth, hist, lp_row + d * s_ll, s_lk, PCH, QCH, HIST_BINS, HIST_SHIFT, SORT_RANKS,
+            )  # fmt: skip
         tl.debug_barrier()
         _stamp(clock_row, 4 + 4 * d, PROFILE)
-        if bounded == 0:
-            if AHEAD > 0:
-                if n_kept == b:  # a full level: the kept keys alone bound loosely; count the descendants too
-                    ahead, fine, fine_bucket = _ahead_bound(
-                        hist, fine, fine_bucket, b, pool_key, pool_score, pool_n, n_kept, lp_row + (d + 1) * s_ll,
-                        s_ll, max_depth - d - 1, held, PCH, HIST_BINS, HIST_SHIFT, FINE_BITS, AHEAD, TOP,
-                    )  # fmt: skip
-                    bound = tl.minimum(bound, ahead)
-                else:
-                    bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
-                                                           HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
+        if AHEAD > 0:
+            if n_kept == b:  # a full level: the kept keys alone bound loosely; count the descendants too
+                ahead, fine, fine_bucket = _ahead_bound(
+                    hist, fine, fine_bucket, b, pool_key, pool_score, pool_n, n_kept, lp_row + (d + 1) * s_ll, s_ll,
+                    max_depth - d - 1, held, PCH, HIST_BINS, HIST_SHIFT, FINE_BITS, AHEAD, TOP,
+                )  # fmt: skip
+                bound = tl.minimum(bound, ahead)
             else:
                 bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
                                                        HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
-            lp_best = tl.load(lp_row + (d + 1) * s_ll, mask=d + 1 < max_depth, other=0.0)
-            n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, PCH)
+        else:
+            bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
+                                                   HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
+        lp_best = tl.load(lp_row + (d + 1) * s_ll, mask=d + 1 < max_depth, other=0.0)
+        n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, PCH)
         _stamp(clock_row, 5 + 4 * d, PROFILE)
         start_par = pool_n
         pool_n += n_kept
