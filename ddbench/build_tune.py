@@ -110,7 +110,7 @@ def run(
                 rows.append(tune_row(row, call, check, COLUMNS))
             if device == "cuda":
                 cell = {"batch": batch, "budget": budget, "logit_scale": scale}
-                for launch in [{}, *(launch for launch in extra if not launch.get("SPLIT"))]:  # stamps: one kernel
+                for launch in [{}, *(launch for launch in extra if not launch.get("SPLIT"))]:  # stamps: one kernel's
                     label = launch_label(launch)
                     phase_rows += [cell | {"launch": label, "phase": name, "us": round(us, 2)}
                                    for name, us in phases(lists, budget, launch).items()]  # fmt: skip
@@ -123,7 +123,6 @@ def phases(lists, budget: int, launch: dict | None = None) -> dict[str, float]:
     from ddtree_core.kernels import tree_build
 
     clock = torch.zeros(lists.log_probs.shape[0], tree_build.clock_slots(LENGTH), dtype=torch.int64, device="cuda")
-    launch = (launch or {}) | {"SPLIT": False}  # the stamps are one kernel's (SPLIT launches get no phases)
     for stamps in (None, None, clock):
         tree_build.build_tree_from_topk(lists, budget, LENGTH, budget, launch=launch, clock=stamps)
     torch.cuda.synchronize()

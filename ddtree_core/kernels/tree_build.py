@@ -1407,8 +1407,7 @@ def build_tree_from_topk(
             tree.num_nodes if clock is None else clock, tree.num_nodes if paths is None else paths,
             *log_probs.stride(), *token_ids.stride(), max_depth, n, slots, pool_size,
             HOLD=2 if per_request_hold else int(hold_chain), PROFILE=clock is not None,
-            PATHS=paths is not None and stage != 2, STAGE=stage, **(config | {"TAILS": config["TAILS"] and stage != 2}),
-            **pdl_options(device),
+            PATHS=paths is not None and stage != 2, STAGE=stage, **config, **pdl_options(device),
         )  # fmt: skip
     return tree
 

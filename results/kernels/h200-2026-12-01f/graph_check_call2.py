@@ -1,6 +1,6 @@
-"""The comparison of the first graph_check.py, as call 2 ran it (its replays now graph_check.py's): the Triton round
-as a CUDA graph against the torch round from its own top-K lists (a comparison this folder's README shows to be too
-strict: the two top-Ks' log-probs round differently).
+"""The comparison of the first graph_check.py, as call 2 ran it (its replays and the round's outputs now
+graph_check.py's): the Triton round as a CUDA graph against the torch round from its own top-K lists (a comparison
+this folder's README shows to be too strict: the two top-Ks' log-probs round differently).
 
     python3 results/kernels/h200-2026-12-01f/graph_check_call2.py CELLS SCALES
 """
@@ -8,29 +8,17 @@ strict: the two top-Ks' log-probs round differently).
 import sys
 
 import torch
+from graph_check import outputs as round_outputs  # this folder's (the script's folder is on sys.path)
+from graph_check import replayed, run
 
 from ddbench.kernel_bench import deep_walk_target, draft_logits
-from ddtree_core import encoding, mask
-from ddtree_core.kernels import tree_mask
 from ddtree_core.tree import build_tree_from_topk, draft_topk
-from ddtree_core.verify import follow_tree
-from graph_check import replayed, run  # this folder's (the script's folder is on sys.path)
 
 EXACT = ("ids", "token_ids", "parents", "depths", "num_nodes", "mask", "positions", "accepted", "accept_lens", "bonus")
 
 
 def outputs(logits, budget, target, roots, impl):
-    topk = draft_topk(logits, budget, impl=impl)
-    tree = build_tree_from_topk(topk, budget, max_budget=budget, impl=impl)
-    if impl == "triton":
-        shape = tree_mask.tree_mask(tree, roots)
-        the_mask, positions = shape.mask, shape.positions
-    else:
-        the_mask, positions = mask.ancestor_mask(tree, impl=impl), encoding.positions(tree, roots)
-    walk = follow_tree(tree, target, impl=impl)
-    return {"ids": topk.token_ids, "log_probs": topk.log_probs, "token_ids": tree.token_ids, "parents": tree.parents,
-            "depths": tree.depths, "num_nodes": tree.num_nodes, "scores": tree.scores, "mask": the_mask,
-            "positions": positions, "accepted": walk.accepted, "accept_lens": walk.accept_lens, "bonus": walk.bonus}
+    return round_outputs(draft_topk(logits, budget, impl=impl), budget, target, roots, impl)
 
 
 def same(got: dict, want: dict) -> list[str]:
