@@ -1,6 +1,6 @@
-# call 2: level 0's prologue in the level build (c745210), rounds at 1 x 256 (drafts x 4 profiled, x 12) and
+# call 1: level 0's prologue in the level build (c745210), rounds at 1 x 256 (drafts x 4 profiled, x 12) and
 # 1, 64 x 64; then the same kernel with the prologue off (sed), profiled at 1 x 256
-export PYTHONPATH=$PWD; K=$OUT/call2; mkdir -p $K; { git status --short; git diff HEAD --stat; } > $K/tree.txt
+export PYTHONPATH=$PWD; K=$OUT/call1; mkdir -p $K; { git status --short; git diff HEAD --stat; } > $K/tree.txt
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $K/gpu.txt
 R="python3 -m ddbench.kernel_bench --impls triton --vocabs 152064"
 { date; timeout 240 $R --batches 1 --budgets 256 --profile --out $K/first; date
