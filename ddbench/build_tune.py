@@ -38,10 +38,10 @@ import typer
 from ddbench.kernel_bench import draft_logits, launch_label, parse_ints, parse_launches, tune_row
 
 LENGTH = 16
+# KEYS: tree_build.LAUNCH_KEYS, in column order; FLAGS: the bool ones
 KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS", "SORT_SURVIVORS", "FCH", "CUT",
-        "PRE_BOUND", "AHEAD", "RANK_LIMIT", "TAILS", "TB", "FS", "FR", "SPLIT")
-FLAGS = ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "TAILS", "SPLIT")  # the bool keys
-# tree_build.LAUNCH_KEYS, in column order
+        "PRE_BOUND", "AHEAD", "RANK_LIMIT", "SORTED_BOUND", "TAILS", "TB", "FS", "FR", "SPLIT")
+FLAGS = ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "SORTED_BOUND", "TAILS", "SPLIT")
 COLUMNS = ("batch", "budget", "logit_scale", "max_depth", *KEYS, "us", "equal", "mean_depth", "note")
 PHASE_COLUMNS = ("batch", "budget", "logit_scale", "launch", "phase", "us")
 BEST_COLUMNS = ("batch", "budget", "logit_scale", *KEYS, "us", "default_us")

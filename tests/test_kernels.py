@@ -202,6 +202,10 @@ def test_build_holding_the_chain_equals_reference():
         {"RANK_LIMIT": True, "FINE_BITS": 8},
         {"RANK_LIMIT": True, "PRE_BOUND": True},
         {"RANK_LIMIT": True, "AHEAD": 4, "CHUNK": 16, "QCH": 2},
+        {"SORTED_BOUND": True},
+        {"SORTED_BOUND": True, "FINE_BITS": 1, "HIST_BINS": 64},
+        {"SORTED_BOUND": True, "FINE_BITS": 8, "HIST_BINS": 2, "CHUNK": 16, "num_warps": 1},
+        {"SORTED_BOUND": True, "AHEAD": 4},
     ],
 )
 def test_build_launch_overrides_keep_the_trees(launch):
@@ -214,7 +218,8 @@ def test_build_launch_overrides_keep_the_trees(launch):
     holds too many), a level's survivors first cut below a bound that counts them too (PRE_BOUND; with
     SORT_SURVIVORS off every level above b takes it, and a 2-bucket bound leaves more than a block, so the radix
     selection), a full level's bound counting its best nodes' chains of descendants too (AHEAD: 4 x 64 nodes, 64 x
-    4, 8 x 32 with a 2-bucket histogram)."""
+    4, 8 x 32 with a 2-bucket histogram), a sorted level's bound and parents from the sort's registers (SORTED_BOUND;
+    its fine bucket moving between levels or not, and ignored with AHEAD)."""
     from ddtree_core.kernels import tree_build
 
     generator = torch.Generator().manual_seed(3)

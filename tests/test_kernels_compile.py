@@ -64,7 +64,8 @@ def profiled_build(arch: int) -> None:
     assert "%globaltimer" in ptx and "%clock64" in ptx
     assert "griddepcontrol.launch_dependents" in ptx and "griddepcontrol.wait" in ptx  # pdl.py
     counting = compile_for(tree_build._build_kernel, arch, pointers,
-                           launch | {"HOLD": 1, "SORT_RANKS": False, "PRE_BOUND": True, "TAILS": False}, warps)
+                           launch | {"HOLD": 1, "SORT_RANKS": False, "PRE_BOUND": True, "TAILS": False,
+                                     "SORTED_BOUND": True}, warps)  # fmt: skip
     assert counting.asm["cubin"]
     fine = compile_for(tree_build._build_kernel, arch, pointers,
                        launch | {"HOLD": 0, "FINE_BITS": 0, "SORT_SURVIVORS": False, "FCH": 0, "TAILS": False}, warps)

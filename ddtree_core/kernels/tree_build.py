@@ -120,6 +120,14 @@ batch 1, budget 256, rounds) the two kernels took 23.1 us of device time against
 default drafts (the level build alone about 1.5 us faster, the second launch about as much), rounds 50.3 against
 50.4 us (47.5 against 47.8 in a graph of 8); on chain-like drafts 82.7 against 84.0. Larger batches are untimed, so
 it stays off.
+
+The level build's level 0 is a prologue to its loop (with FINE_BITS and without AHEAD): the root's children go from
+the depth-1 list straight to the pool (`_append_first`), and the first bound and the next level's parents come from
+the registers that hold them (`_first_bound`). On an H200 (results/kernels/h200-2026-12-01h, call 1) it took the
+build kernel from 23.4 to 22.1 us and the round from 50.6 to 49.3 us at batch 1, budget 256 (default drafts).
+SORTED_BOUND (a launch key, off until timed) does the same for a later level appended by one sort (`_sorted_bound`):
+its bound and parents from the sort's registers; the earlier levels' keys are read only when the bound's fine bucket
+moves. For sm_90 at budget 256 it compiles to 255 registers, no spills (the default: 255, none).
 """
 
 from __future__ import annotations
@@ -376,9 +384,38 @@ def _first_bound(
     m = r < n
     fine = _fine_count(key, m & bounded, crossing, HIST_SHIFT, FINE_BITS)
     bound = _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
-    child = _node_key(score + lp_best, r == 0, held)
-    parents = tl.max(tl.where(m & (key < bound) & (child < bound), r + 1, 0), 0)
+    parents = _level_parents(key, score, n, bound, lp_best, held, PCH)
     return bound, fine, tl.where(bounded, crossing, -1), parents
+
+
+@triton.jit
+def _sorted_bound(
+    hist, fine, fine_bucket, b, key, score, n_kept, pool_key, pool_n, lp_best, held,
+    BLOCK: tl.constexpr, PCH: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr,
+    FINE_BITS: tl.constexpr,
+):  # fmt: skip
+    """Step 4 and the next level's parents after a level appended by one sort (`_append_sorted`'s keys and scores
+    [BLOCK], its first n_kept kept, the level at pool[pool_n:]): `_kept_bound`'s (bound, fine, fine_bucket) and
+    `_live_parents`' count, the new level read from registers, not from the pool; the earlier levels' keys
+    (pool[1:pool_n]) are read only when the fine bucket moves, as `_kept_fine` reads them. Returns (bound, fine, its
+    bucket, parents)."""
+    crossing, below, bounded = _crossing(hist, b, HIST_BINS)
+    same = crossing == fine_bucket
+    fine = tl.where(same, fine, 0)
+    end = tl.where(same | (bounded == 0), 1, pool_n)  # the earlier levels, counted again when the bucket moved
+    fine = _fine_hist(fine, pool_key, pool_n * 0 + 1, end, crossing, PCH, HIST_SHIFT, FINE_BITS)
+    fine += _fine_count(key, (tl.arange(0, BLOCK) < n_kept) & bounded, crossing, HIST_SHIFT, FINE_BITS)
+    bound = _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
+    parents = _level_parents(key, score, n_kept, bound, lp_best, held, BLOCK)
+    return bound, fine, tl.where(bounded, crossing, -1), parents
+
+
+@triton.jit
+def _level_parents(key, score, n, bound, lp_best, held, BLOCK: tl.constexpr):
+    """`_live_parents` of a level held in registers (its n kept nodes' keys and scores [BLOCK], in level order)."""
+    r = tl.arange(0, BLOCK)
+    child = _node_key(score + lp_best, r == 0, held)
+    return tl.max(tl.where((r < n) & (key < bound) & (child < bound), r + 1, 0), 0)
 
 
 @triton.jit
@@ -416,7 +453,8 @@ def _append_sorted(
     """Steps 2 and 3 in one sort, for n <= SCH survivors in (i, r) order: tl.sort of (key, pk) puts them in
     level order (pk orders like (i, r)), so its first n_kept are the n_kept smallest with equal keys in list
     order, which `_select_bucket` keeps; they are appended as `_append_level` appends (scores recomputed
-    from the pairs). Returns the histogram with their keys added."""
+    from the pairs). Returns the histogram with their keys added, and the level's keys and scores [SCH] (the first
+    n_kept are the kept ones)."""
     offs = tl.arange(0, SCH)
     m = offs < n
     key = tl.load(src_key + offs, mask=m, other=_I32_MAX)
@@ -424,8 +462,9 @@ def _append_sorted(
     key, pk = _sort_pairs(key, pk)
     keep = offs < n_kept
     score = _pair_score(pk, keep, pool_score, lp_level, s_lk)
-    return _pool_write(pool_n + offs, key, pk, score, depth, keep, pool_key, pool_pk, pool_score, pool_depth, hist,
+    hist = _pool_write(pool_n + offs, key, pk, score, depth, keep, pool_key, pool_pk, pool_score, pool_depth, hist,
                        HIST_BINS, HIST_SHIFT)  # fmt: skip
+    return hist, key, score
 
 
 @triton.jit
@@ -1070,6 +1109,32 @@ def _tail_build(
 
 
 @triton.jit
+def _appended_bound(
+    hist, fine, fine_bucket, bound, b, pool_key, pool_score, pool_n, n_kept, lp_row, s_ll, d, max_depth, held,
+    PCH: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
+    AHEAD: tl.constexpr, TOP: tl.constexpr,
+):  # fmt: skip
+    """Step 4 and the next level's parents after level d was appended (pool[pool_n:][:n_kept]), read from the pool:
+    returns (bound, fine, its bucket, parents)."""
+    if AHEAD > 0:
+        if n_kept == b:  # a full level: the kept keys alone bound loosely; count the descendants too
+            ahead, fine, fine_bucket = _ahead_bound(
+                hist, fine, fine_bucket, b, pool_key, pool_score, pool_n, n_kept, lp_row + (d + 1) * s_ll, s_ll,
+                max_depth - d - 1, held, PCH, HIST_BINS, HIST_SHIFT, FINE_BITS, AHEAD, TOP,
+            )  # fmt: skip
+            bound = tl.minimum(bound, ahead)
+        else:
+            bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
+                                                   HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
+    else:
+        bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
+                                               HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
+    lp_best = tl.load(lp_row + (d + 1) * s_ll, mask=d + 1 < max_depth, other=0.0)
+    n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, PCH)
+    return bound, fine, fine_bucket, n_parents
+
+
+@triton.jit
 def _level_build(
     lp_row, s_ll, s_lk, pairs_ptr, row_end_ptr, b, held, k_ranks, max_depth, n_max, n_slots,
     cand_key, cand_pk, cand_score, comp_key, comp_pk, comp_score, pool_key, pool_pk, pool_score, pool_depth, node_of,
@@ -1077,7 +1142,7 @@ def _level_build(
     CHUNK: tl.constexpr, PCH: tl.constexpr, QCH: tl.constexpr, LOG_BINS: tl.constexpr, HIST_BINS: tl.constexpr,
     HIST_SHIFT: tl.constexpr, SORT_RANKS: tl.constexpr, FINE_BITS: tl.constexpr, SORT_SURVIVORS: tl.constexpr,
     SCH: tl.constexpr, FCH: tl.constexpr, CUT: tl.constexpr, PRE_BOUND: tl.constexpr, AHEAD: tl.constexpr,
-    RANK_LIMIT: tl.constexpr, PROFILE: tl.constexpr,
+    RANK_LIMIT: tl.constexpr, SORTED_BOUND: tl.constexpr, PROFILE: tl.constexpr,
 ):  # fmt: skip
     """Steps 1-4 level by level from the root (the module docstring), then the final selection: writes node_of and
     inv for the request's nodes and returns how many there are."""
@@ -1130,6 +1195,7 @@ def _level_build(
         # (always at level 0, whose candidates (0, r) follow the best-first lists; so with one parent).
         in_order = _ascending(cand_key, n_valid, CHUNK)
         sort_once = SORT_SURVIVORS & (n_valid > b) & (n_valid <= SCH)
+        from_regs = zero  # the level's bound and next parents already taken from its sort (SORTED_BOUND)
         n_below = cap + 1  # survivors below their own bound, once counted (PRE_BOUND): more than cap, none counted
         if PRE_BOUND & (n_valid > b) & (sort_once == 0):
             level_cut = _survivor_bound(hist, b, pool_key, pool_n, cand_key, n_valid, CHUNK, HIST_BINS, HIST_SHIFT,
@@ -1138,14 +1204,22 @@ def _level_build(
             tl.debug_barrier()
         if sort_once:
             _stamp(clock_row, 3 + 4 * d, PROFILE)
-            hist = _append_sorted(
+            hist, level_key, level_score = _append_sorted(
                 cand_key, cand_pk, n_valid, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
                 lp_row + d * s_ll, s_lk, SCH, HIST_BINS, HIST_SHIFT,
             )  # fmt: skip
+            if SORTED_BOUND & (FINE_BITS > 0) & (AHEAD == 0):
+                _stamp(clock_row, 4 + 4 * d, PROFILE)
+                lp_best = tl.load(lp_row + (d + 1) * s_ll, mask=d + 1 < max_depth, other=0.0)
+                bound, fine, fine_bucket, n_parents = _sorted_bound(
+                    hist, fine, fine_bucket, b, level_key, level_score, n_kept, pool_key, pool_n, lp_best, held, SCH,
+                    PCH, HIST_BINS, HIST_SHIFT, FINE_BITS,
+                )  # fmt: skip
+                from_regs += 1
         elif n_below <= cap:  # PRE_BOUND left at most a block of ranks: one sort of it keeps the level's best
             n_kept = tl.minimum(n_below, b)
             _stamp(clock_row, 3 + 4 * d, PROFILE)
-            hist = _append_sorted(
+            hist, _, _ = _append_sorted(
                 comp_key, comp_pk, n_below, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
                 lp_row + d * s_ll, s_lk, PCH, HIST_BINS, HIST_SHIFT,
             )  # fmt: skip
@@ -1168,22 +1242,12 @@ def _level_build(
                 pool_depth, hist, lp_row + d * s_ll, s_lk, PCH, QCH, HIST_BINS, HIST_SHIFT, SORT_RANKS,
             )  # fmt: skip
         tl.debug_barrier()
-        _stamp(clock_row, 4 + 4 * d, PROFILE)
-        if AHEAD > 0:
-            if n_kept == b:  # a full level: the kept keys alone bound loosely; count the descendants too
-                ahead, fine, fine_bucket = _ahead_bound(
-                    hist, fine, fine_bucket, b, pool_key, pool_score, pool_n, n_kept, lp_row + (d + 1) * s_ll, s_ll,
-                    max_depth - d - 1, held, PCH, HIST_BINS, HIST_SHIFT, FINE_BITS, AHEAD, TOP,
-                )  # fmt: skip
-                bound = tl.minimum(bound, ahead)
-            else:
-                bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
-                                                       HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
-        else:
-            bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
-                                                   HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
-        lp_best = tl.load(lp_row + (d + 1) * s_ll, mask=d + 1 < max_depth, other=0.0)
-        n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, PCH)
+        if from_regs == 0:
+            _stamp(clock_row, 4 + 4 * d, PROFILE)
+            bound, fine, fine_bucket, n_parents = _appended_bound(
+                hist, fine, fine_bucket, bound, b, pool_key, pool_score, pool_n, n_kept, lp_row, s_ll, d, max_depth,
+                held, PCH, HIST_BINS, HIST_SHIFT, FINE_BITS, AHEAD, TOP,
+            )  # fmt: skip
         _stamp(clock_row, 5 + 4 * d, PROFILE)
         start_par = pool_n
         pool_n += n_kept
@@ -1258,6 +1322,8 @@ def _build_kernel(
     PRE_BOUND: tl.constexpr = False,  # a level not sorted at once: first drop survivors at or past _survivor_bound
     AHEAD: tl.constexpr = 0,  # the bound also counts the best kept nodes' rank-0 descendants this many depths down
     RANK_LIMIT: tl.constexpr = False,  # a bounded level expands only the ranks the best parent's children can pass
+    SORTED_BOUND: tl.constexpr = False,  # a level sorted at once takes its bound and parents from the sort's registers
+    # (_sorted_bound; with FINE_BITS > 0 and AHEAD = 0 only)
     TAILS: tl.constexpr = False,  # first try the build by deviations (_tail_build), the level build if it gives up
     FD: tl.constexpr = 16,  # TAILS: a power of two >= max_depth
     TB: tl.constexpr = 1024,  # TAILS: entries of a tile of heads (a multiple of 16 and of FD)
@@ -1320,7 +1386,7 @@ def _build_kernel(
                 lp_row, s_ll, s_lk, pairs_ptr, row_end_ptr, b, held, k_ranks, max_depth, n_max, n_slots, cand_key,
                 cand_pk, cand_score, comp_key, comp_pk, comp_score, pool_key, pool_pk, pool_score, pool_depth, node_of,
                 inv, clock_row, CHUNK, PCH, QCH, LOG_BINS, HIST_BINS, HIST_SHIFT, SORT_RANKS, FINE_BITS,
-                SORT_SURVIVORS, SCH, FCH, CUT, PRE_BOUND, AHEAD, RANK_LIMIT, PROFILE,
+                SORT_SURVIVORS, SCH, FCH, CUT, PRE_BOUND, AHEAD, RANK_LIMIT, SORTED_BOUND, PROFILE,
             )  # fmt: skip
     if writes != 0:
         tl.debug_barrier()
@@ -1443,6 +1509,7 @@ LAUNCH_KEYS = (
     "PRE_BOUND",
     "AHEAD",
     "RANK_LIMIT",
+    "SORTED_BOUND",
     "TAILS",
     "TB",
     "FS",
@@ -1509,6 +1576,7 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "PRE_BOUND": False,  # not timed yet: build_tune --launch PRE_BOUND=1
         "AHEAD": 0,  # off: results/kernels/h200-2026-11-30j (chain-like drafts faster, the default ones slower)
         "RANK_LIMIT": False,
+        "SORTED_BOUND": False,  # not timed yet
         "TAILS": n <= 256,  # on up to the largest budget timed (results/kernels/h200-2026-12-01d)
         "FD": triton.next_power_of_2(max_depth),
         "TB": 1024,
@@ -1527,7 +1595,7 @@ def _checked(launch: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
     limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384, "TB": 16384, "FS": 4096, "FR": 16}
-    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "TAILS", "SPLIT"):
+    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "SORTED_BOUND", "TAILS", "SPLIT"):
         if not isinstance(launch.get(key, False), bool):
             raise ValueError(f"{key} must be a bool, got {launch[key]!r}")
     fine_bits = launch.get("FINE_BITS", 0)
