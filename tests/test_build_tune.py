@@ -16,20 +16,20 @@ def test_sweep_times_every_launch_and_checks_its_trees(tmp_path, monkeypatch):
                                  {"TAILS": True, "SPLIT": True}])  # fmt: skip
     a = "auto"
     assert [(r["max_depth"], *(r[k] for k in build_tune.KEYS)) for r in rows] == [
-        (3, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, 4, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, 4, 2048, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, 2, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, 2, 2048, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, 4, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, 16, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, a, False, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, a, a, 0, False, 0, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, a, a, a, a, 0, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, a, a, a, a, a, a, a, a, a, True, a, a, a, True),
-        (1, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, 4, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, 4, 2048, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, 2, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, 2, 2048, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, 4, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, 16, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, a, False, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, a, a, 0, False, 0, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, a, a, a, a, 0, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, a, a, a, a, a, a, a, a, a, a, True, a, a, a, True),
+        (1, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
     ]  # fmt: skip  (depth 3 = LENGTH: the full build, timed once)
     assert all(r["equal"] is True and r["us"] > 0 for r in rows), [r["note"] for r in rows]
     assert [r["mean_depth"] for r in rows[-2:]] == [1.0, 2.0] and rows[0]["mean_depth"] == 3.0  # sharp drafts
