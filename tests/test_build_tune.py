@@ -45,8 +45,7 @@ def test_best_skips_unequal_and_failed_launches():
                 "LOG_BINS": "auto", "QCH": "auto", "CHUNK": "auto", "SORT_RANKS": "auto", "FINE_BITS": "auto",
                 "SORT_SURVIVORS": "auto", "FCH": "auto", "CUT": "auto", "PRE_BOUND": "auto", "AHEAD": "auto",
                 "RANK_LIMIT": "auto", "SORTED_BOUND": "auto", "TAILS": "auto", "TB": "auto", "FS": "auto", "FR": "auto",
-                "SPLIT": "auto",
-                "us": us, "equal": equal}  # fmt: skip
+                "SPLIT": "auto", "us": us, "equal": equal}  # fmt: skip
 
     shallow = {**row(1, 0.5, True), "max_depth": 2}  # a depth-limited row is no launch candidate
     best = build_tune.best_rows(

@@ -38,10 +38,13 @@ Level 0, the root's children, takes none of these passes (with FINE_BITS on, AHE
 pairs (0, r) are the first min(K, b) ranks of depth 1, none cut (no bound yet) and already in level order, so they go
 straight from the lists to the pool (`_append_first`: one load of the log-probs instead of the expand's stores, the
 order check's and the append's loads), and step 4 and the next level's parents come from the keys and scores it holds
-in registers (`_first_bound`), not from two passes over the pool. Untimed on the GPU (h200-2026-11-30i stamped these
-phases at 1.73, 0.40, 0.50 and 1.24 us at batch 1, budget 256); compiled for sm_90a at budget 256 the kernel takes
-255 registers against 203, without spills (results/kernels/h200-2026-12-01d/ptxas_stats.py; one program of 8 warps
-per SM either way).
+in registers (`_first_bound`), not from two passes over the pool. On an H200 (results/kernels/h200-2026-12-01h,
+call 1) it took the build kernel from 23.4 to 22.1 us and the round from 50.6 to 49.3 us at batch 1, budget 256
+(default drafts); compiled for sm_90a at budget 256 the kernel takes 255 registers against 203, without spills
+(results/kernels/h200-2026-12-01d/ptxas_stats.py; one program of 8 warps per SM either way). SORTED_BOUND (a launch
+key, off until timed) does the same for a later level appended by one sort (`_sorted_bound`): its bound and parents
+from the sort's registers; the earlier levels' keys are read only when the bound's fine bucket moves (for sm_90a at
+budget 256 also 255 registers, no spills).
 Holding the chain (tree.py), a request's keys are 0 on the pairs (0, 0) of finite score, the chain, and
 bits(-score) + 1 elsewhere, as in batched.py; keys stay below INT32_MAX and a child's key is still
 never smaller than its parent's, so steps 1-4 are unchanged.
@@ -120,14 +123,6 @@ batch 1, budget 256, rounds) the two kernels took 23.1 us of device time against
 default drafts (the level build alone about 1.5 us faster, the second launch about as much), rounds 50.3 against
 50.4 us (47.5 against 47.8 in a graph of 8); on chain-like drafts 82.7 against 84.0. Larger batches are untimed, so
 it stays off.
-
-The level build's level 0 is a prologue to its loop (with FINE_BITS and without AHEAD): the root's children go from
-the depth-1 list straight to the pool (`_append_first`), and the first bound and the next level's parents come from
-the registers that hold them (`_first_bound`). On an H200 (results/kernels/h200-2026-12-01h, call 1) it took the
-build kernel from 23.4 to 22.1 us and the round from 50.6 to 49.3 us at batch 1, budget 256 (default drafts).
-SORTED_BOUND (a launch key, off until timed) does the same for a later level appended by one sort (`_sorted_bound`):
-its bound and parents from the sort's registers; the earlier levels' keys are read only when the bound's fine bucket
-moves. For sm_90 at budget 256 it compiles to 255 registers, no spills (the default: 255, none).
 """
 
 from __future__ import annotations
@@ -380,12 +375,8 @@ def _first_bound(
     `_fine_bound` and `_live_parents` compute from the pool, whose kept keys (pool[1:]) are this level's alone, here
     from registers. Returns (bound, fine, its bucket, parents)."""
     crossing, below, bounded = _crossing(hist, b, HIST_BINS)
-    r = tl.arange(0, PCH)
-    m = r < n
-    fine = _fine_count(key, m & bounded, crossing, HIST_SHIFT, FINE_BITS)
-    bound = _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
-    parents = _level_parents(key, score, n, bound, lp_best, held, PCH)
-    return bound, fine, tl.where(bounded, crossing, -1), parents
+    fine = tl.zeros([1 << FINE_BITS], tl.int32)
+    return _held_bound(fine, crossing, below, bounded, b, key, score, n, lp_best, held, PCH, HIST_SHIFT, FINE_BITS)
 
 
 @triton.jit
@@ -404,18 +395,25 @@ def _sorted_bound(
     fine = tl.where(same, fine, 0)
     end = tl.where(same | (bounded == 0), 1, pool_n)  # the earlier levels, counted again when the bucket moved
     fine = _fine_hist(fine, pool_key, pool_n * 0 + 1, end, crossing, PCH, HIST_SHIFT, FINE_BITS)
-    fine += _fine_count(key, (tl.arange(0, BLOCK) < n_kept) & bounded, crossing, HIST_SHIFT, FINE_BITS)
-    bound = _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
-    parents = _level_parents(key, score, n_kept, bound, lp_best, held, BLOCK)
-    return bound, fine, tl.where(bounded, crossing, -1), parents
+    return _held_bound(fine, crossing, below, bounded, b, key, score, n_kept, lp_best, held, BLOCK, HIST_SHIFT,
+                       FINE_BITS)  # fmt: skip
 
 
 @triton.jit
-def _level_parents(key, score, n, bound, lp_best, held, BLOCK: tl.constexpr):
-    """`_live_parents` of a level held in registers (its n kept nodes' keys and scores [BLOCK], in level order)."""
+def _held_bound(
+    fine, crossing, below, bounded, b, key, score, n, lp_best, held,
+    BLOCK: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
+):  # fmt: skip
+    """`_first_bound`'s and `_sorted_bound`'s common part, for a level held in registers (its n kept nodes' keys and
+    scores [BLOCK], in level order; fine: the earlier levels' keys of bucket `crossing`): its keys added to fine, the
+    bound split there, and `_live_parents`' count of the next level's parents. Returns (bound, fine, its bucket,
+    parents)."""
     r = tl.arange(0, BLOCK)
+    fine += _fine_count(key, (r < n) & bounded, crossing, HIST_SHIFT, FINE_BITS)
+    bound = _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
     child = _node_key(score + lp_best, r == 0, held)
-    return tl.max(tl.where((r < n) & (key < bound) & (child < bound), r + 1, 0), 0)
+    parents = tl.max(tl.where((r < n) & (key < bound) & (child < bound), r + 1, 0), 0)
+    return bound, fine, tl.where(bounded, crossing, -1), parents
 
 
 @triton.jit
@@ -1368,14 +1366,13 @@ def _build_kernel(
     writes = zero + 1  # this program writes the request's tree
     if STAGE == 2:  # unless the first kernel's tails build did
         writes = 1 - tl.load(path_ptr + pid)
-    if TAILS:
-        if STAGE != 2:
-            if b > 0:
-                n_nodes = _tail_build(
-                    lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, tl.minimum(n_slots, FS), pool_key,
-                    pool_pk, pool_score, pool_depth, cand_key, cand_pk, node_of, inv, clock_row, FD, TB, HIST_BINS,
-                    HIST_SHIFT, FINE_BITS, FS, FR, CHUNK, PROFILE,
-                )  # fmt: skip
+    if TAILS & (STAGE != 2):
+        if b > 0:
+            n_nodes = _tail_build(
+                lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, tl.minimum(n_slots, FS), pool_key,
+                pool_pk, pool_score, pool_depth, cand_key, cand_pk, node_of, inv, clock_row, FD, TB, HIST_BINS,
+                HIST_SHIFT, FINE_BITS, FS, FR, CHUNK, PROFILE,
+            )  # fmt: skip
     if PATHS:
         tl.store(path_ptr + pid, (n_nodes >= 0).to(tl.int32))
     if STAGE == 1:  # the tails build alone: the second kernel builds the rest
