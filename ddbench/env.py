@@ -1,14 +1,17 @@
 """The environment stamp every results folder carries, and the default engine for this machine.
 
 A number means little without the machine and code behind it: the stamp records the git commit (and
-whether the tree had local changes), GPUs and driver, and the versions of torch, triton, transformers,
-sglang and this package. Nothing here imports SGLang; its version comes from package metadata.
+whether the tree had local changes), GPUs and driver, the versions of torch, triton, transformers,
+sglang and this package, and every SGLANG_DDTREE_* / DDTREE_* variable in effect. Nothing here imports
+SGLang; its version comes from package metadata. A copy of the code outside git (a GPU machine's) names
+its commit in DDBENCH_GIT_SHA and DDBENCH_GIT_DIRTY ("0" or "1").
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import platform
 import socket
 import subprocess
@@ -33,14 +36,26 @@ def environment_stamp() -> dict[str, Any]:
         "driver": nvidia_driver(),
         "cuda": _torch_cuda_version(),
         "packages": {name: package_version(name) for name in PACKAGES},
+        "settings": ddtree_settings(),
     }
 
 
+def ddtree_settings(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The SGLANG_DDTREE_* and DDTREE_* environment variables in effect, e.g. {"SGLANG_DDTREE_DRAFT_GRAPH": "1"}."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(("SGLANG_DDTREE_", "DDTREE_"))}
+
+
 def git_state() -> dict[str, Any]:
-    """The checkout's commit and whether tracked files differ from it; empty values outside git."""
+    """The checkout's commit and whether tracked files differ from it; outside git, what DDBENCH_GIT_SHA and
+    DDBENCH_GIT_DIRTY say (empty values without them)."""
     sha = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"])
+    if not sha:
+        sha = os.environ.get("DDBENCH_GIT_SHA", "")
+        dirty = os.environ.get("DDBENCH_GIT_DIRTY")
+        return {"sha": sha, "dirty": None if dirty is None else dirty == "1"}
     dirty = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
-    return {"sha": sha, "dirty": bool(dirty) if sha else None}
+    return {"sha": sha, "dirty": bool(dirty)}
 
 
 def package_version(name: str) -> str | None:

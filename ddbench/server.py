@@ -28,6 +28,7 @@ from pathlib import Path
 
 import httpx
 
+from ddbench import env
 from ddbench.config import DDBenchError
 
 WARMUP_TEXT = "Warmup"
@@ -171,6 +172,9 @@ class Server:
         command = self.spec.command(self.port)
         self.started_at = time.time()
         with open(self.log_path, "a") as log:
+            log.write(gpu_snapshot(self.spec.gpus))
+            settings = env.ddtree_settings(self.spec.environment())
+            log.write("".join(f"{name}={value}\n" for name, value in settings.items()))
             log.write(f"$ {' '.join(command)}\n")
             log.flush()
             self.process = subprocess.Popen(
@@ -267,6 +271,27 @@ class Server:
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def gpu_snapshot(gpus: tuple[int, ...]) -> str:
+    """What nvidia-smi says of `gpus` (memory in use, utilisation, processes) before a server starts there:
+    the record that nothing else ran on them. Empty without GPUs or nvidia-smi."""
+    if not gpus:
+        return ""
+    ids = ",".join(str(gpu) for gpu in gpus)
+    lines = []
+    for query in ("--query-gpu=index,memory.used,utilization.gpu", "--query-compute-apps=gpu_uuid,pid,used_memory"):
+        try:
+            done = subprocess.run(
+                ["nvidia-smi", "-i", ids, query, "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        lines += [
+            f"nvidia-smi {query.split('=')[0].removeprefix('--query-')}: {line}"
+            for line in done.stdout.splitlines() or ["(none)"]
+        ]
+    return "".join(f"{line}\n" for line in lines)
 
 
 def last_log_line(path: Path, max_chars: int = 300) -> str:
