@@ -10,9 +10,9 @@ Columns (acceptance conventions are ddtree_core.metrics'):
   its depth limit (--depths, else the block size - 1 the server reports), capped by the budget for
   DDTree, so a round whose tree stopped short counts as a miss at the missing depths.
 - tokens_per_s: completion tokens of the cell / the cell's wall time (prefill and queueing included);
-  speedup_vs_ar: tokens_per_s over the AR cell's at the same dataset, temperature and concurrency.
+  speedup_vs_ar: tokens_per_s over the AR cell's at the same dataset, temperature, concurrency and repeat.
 - parity (temperature 0, DFLASH and DDTree cells): fraction of requests whose output ids equal the AR
-  cell's for the same prompt and turn (the AR cell at the same concurrency, else any).
+  cell's of the same repeat for the same prompt and turn (the AR cell at the same concurrency, else any).
 - latency_*, ttft_*, itl_p50_s: client-side request latency percentiles (TTFT and inter-chunk gaps need
   --stream).
 """
@@ -47,6 +47,7 @@ class CellSummary:
     hold_chain: bool | None  # DDTree: trees held the drafter's rank-0 chain first; None for ar and dflash
     temperature: float
     concurrency: int
+    repeat: int | None  # 1-based
     status: str  # done | failed | pending
     num_requests: int
     completion_tokens: int
@@ -86,8 +87,8 @@ def request_accept_lens(record: RequestRecord) -> list[int] | None:
 
 
 def summarize(results: Sequence[CellResult]) -> list[CellSummary]:
-    """One CellSummary per cell, in the order given; speedup and parity against the AR cells."""
-    done = {result.cell.key: result for result in results if result.status == "done"}
+    """One CellSummary per cell, in the order given; speedup and parity against the AR cells of its repeat."""
+    done = {(result.cell.key, result.cell.repeat): result for result in results if result.status == "done"}
     rows = []
     for result in results:
         if result.status != "done":
@@ -168,19 +169,24 @@ def round_depth(cell: Cell, deepest_accepted: int, block_size: int | None) -> in
     return max(limit, deepest_accepted)
 
 
+def _ar_key(cell: Cell | CellSummary) -> tuple:
+    """The Cell.key of the AR setting at a cell's (or row's) dataset, temperature and concurrency."""
+    return (cell.dataset, "ar", None, None, None, None, cell.temperature, cell.concurrency)
+
+
 def _ar_counterpart(done: dict[tuple, CellResult], cell: Cell) -> CellResult | None:
-    key = (cell.dataset, "ar", None, None, None, None, cell.temperature, cell.concurrency)
-    return done.get(key)
+    return done.get((_ar_key(cell), cell.repeat))
 
 
 def _ar_outputs(done: dict[tuple, CellResult], cell: Cell) -> dict[tuple[int, int], tuple[int, ...]] | None:
-    """AR output ids per (prompt, turn): the AR cell at the cell's concurrency first, then any other."""
+    """AR output ids per (prompt, turn) in the cell's repeat: the AR cell at its concurrency first, then any other."""
     candidates = [
         result
         for result in done.values()
         if result.cell.method == "ar"
         and result.cell.dataset == cell.dataset
         and result.cell.temperature == cell.temperature
+        and result.cell.repeat == cell.repeat
     ]
     if not candidates:
         return None
@@ -240,11 +246,11 @@ def write_summary(folder: RunFolder, results: Sequence[CellResult]) -> list[Cell
 
 def read_summary(path) -> list[CellSummary]:
     """summary.csv back into CellSummary rows (raises DDBenchError on a malformed file); a file written
-    before the hold_chain column reads as no chain held."""
+    before the hold_chain or repeat column reads as no chain held, repeat 1."""
     types = {f.name: f.type for f in fields(CellSummary)}
     try:
         with open(path, newline="") as stream:
-            rows = [{"hold_chain": "", **row} for row in csv.DictReader(stream)]
+            rows = [{"hold_chain": "", "repeat": "1", **row} for row in csv.DictReader(stream)]
         return [CellSummary(**{k: _parse(types[k], v) for k, v in row.items()}) for row in rows]
     except (KeyError, TypeError, ValueError) as error:
         raise DDBenchError(f"{path}: malformed summary ({error})") from error

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddbench.config import Cell, DDBenchError, ddtree_hold_chain
+from ddbench.config import Cell, DDBenchError, cell_repeat, ddtree_hold_chain
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,11 @@ class RequestRecord:
     start_s: float  # request start, seconds after the cell started
     meta_info: dict[str, Any]  # the server's meta_info: spec_* fields and DDTree extras
     hold_chain: bool | None = None  # DDTree: trees held the rank-0 chain first (False if absent); None: ar, dflash
+    repeat: int = 1  # the cell's repeat (1 if absent)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hold_chain", ddtree_hold_chain(self.method, self.hold_chain))
+        object.__setattr__(self, "repeat", cell_repeat(self.repeat))
 
     @property
     def cell(self) -> Cell:
@@ -73,7 +75,7 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = names - set(data) - {"hold_chain"}  # records written before the knob: no chain held
+        missing = names - set(data) - {"hold_chain", "repeat"}  # records written before these: no chain, repeat 1
         if missing:
             raise ValueError(f"request record lacks {', '.join(sorted(missing))}")
         values = {name: data.get(name) for name in names}

@@ -176,6 +176,20 @@ def test_held_chain_cells_extend_a_folder_written_before_the_knob(swept, tiny_pa
     assert (tmp_path / "plots" / "speedup_vs_budget.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_repeats_dry_run_lists_the_passes_and_zero_exits_2(tiny_pair, prompt_file, tmp_path):
+    out = tmp_path / "run"
+    plan = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out, "--repeats", "3", "--dry-run"))
+    assert plan.exit_code == 0, plan.output
+    lines = plan.output.splitlines()
+    assert [line for line in lines if line.startswith("pass")] == ["pass 1 of 3:", "pass 2 of 3:", "pass 3 of 3:"]
+    assert lines[lines.index("pass 3 of 3:") + 1].startswith("  7. ")  # start order runs on across passes
+    assert "12 cells to run on 9 server start(s), 2 side by side; 0 already done" in plan.output
+    bad = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out, "--repeats", "0"))
+    assert bad.exit_code == 2 and bad.stderr == "error: repeats must be an integer >= 1, got 0\n"
+    assert not out.exists()
+    assert "--repeats" in runner.invoke(app, ["sweep", "--help"]).output
+
+
 def test_unknown_dataset_exits_2_and_writes_nothing(tiny_pair, tmp_path):
     out = tmp_path / "run"
     result = runner.invoke(app, sweep_args(tiny_pair, "nosuch", out))
