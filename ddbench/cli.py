@@ -121,7 +121,8 @@ def sweep(
         typer.Option(
             help="Measure the whole grid N times, pass after pass, every pass on servers started anew, so each "
             "method's repeats are interleaved with the others' in one sitting; repeat r > 1 is stored as cells "
-            "ending in -rR (default: 1)."
+            "ending in -rR, and the report adds the median over repeats, its spread and the speedup of the "
+            "medians (default: 1)."
         ),
     ] = None,
     dry_run: Annotated[
@@ -298,13 +299,13 @@ def recommend(
 ) -> None:
     """Best method and DDTree setting per temperature and concurrency, and the server and request settings for it."""
     from ddbench import recommend as advice
-    from ddbench.report import summarize
+    from ddbench.report import over_repeats, summarize
     from ddbench.results import find_run_folder, load_cells, write_json
 
     try:
         folder = find_run_folder(results)
         measurement = advice.Measurement.from_manifest(folder.read_manifest())
-        rows = summarize(load_cells(folder))
+        rows = over_repeats(summarize(load_cells(folder)))
         choices = advice.recommend(rows, metric, as_list(dataset) if dataset else None, temperature, min_parity)
     except DDBenchError as error:
         raise fail(str(error)) from None
@@ -322,7 +323,7 @@ def plot(
     """Acceptance and speedup vs budget, throughput vs concurrency, latency CDFs, histograms, per-depth acceptance;
     for a `ddbench cost` folder, verify time vs tree width per batch size."""
     from ddbench.plots import plot_all, plot_cost
-    from ddbench.report import summarize
+    from ddbench.report import over_repeats, summarize
     from ddbench.results import find_run_folder, load_cells
 
     if (results / "cells.csv").is_file() and (results / "run.json").is_file():  # a `ddbench cost` folder
@@ -336,7 +337,7 @@ def plot(
         cells = load_cells(folder)
     except DDBenchError as error:
         raise fail(str(error)) from None
-    for path in plot_all(summarize(cells), cells, out or folder.root / "plots"):
+    for path in plot_all(over_repeats(summarize(cells)), cells, out or folder.root / "plots"):
         _console().print(str(path))
 
 

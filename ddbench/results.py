@@ -8,6 +8,7 @@
       logs/<server>.log        server logs (and .pid while the server runs)
       requests.jsonl           every finished cell's records, merged
       summary.csv              one row per cell (ddbench.report.summarize)
+      summary_repeats.csv      with repeats: one row per setting over them (ddbench.report.summarize_repeats)
 
 Every file is written to a temporary name and renamed into place, so a crash never leaves a half file
 and a rerun sees a cell either finished or not. Report, plot and compare read only this folder; they also
@@ -161,6 +162,10 @@ class RunFolder:
     @property
     def summary(self) -> Path:
         return self.root / "summary.csv"
+
+    @property
+    def summary_repeats(self) -> Path:
+        return self.root / "summary_repeats.csv"
 
     def records_path(self, cell: Cell) -> Path:
         return self.cells / f"{cell.cell_id}.jsonl"

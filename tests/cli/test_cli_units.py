@@ -335,6 +335,50 @@ def test_plan_of_a_partly_finished_repeated_sweep_resumes_where_it_stopped(tmp_p
     ]  # fmt: skip
 
 
+def repeated(cell: Cell, repeat: int, tokens_per_s: float, output: tuple, histogram=None) -> CellResult:
+    """A finished `repeat` of `cell`: two requests of five tokens, `tokens_per_s`."""
+    cell = dataclasses.replace(cell, repeat=repeat)
+    records = tuple(record(cell, index, output, histogram) for index in range(2))
+    return CellResult(cell, "done", records, 10 / tokens_per_s, None, {"block_size": 4})
+
+
+def test_repeats_give_medians_spreads_and_speedups_of_the_medians():
+    """summarize_repeats' example: AR at 10, 12, 11 tokens/s and DDTree at 30, 20, 33 in repeats 1-3; repeat 4
+    failed. Each repeat answers differently, so parity 1 means each was compared with the AR of its repeat."""
+    results = []
+    for repeat, ar_rate, tree_rate, histogram in ((1, 10, 30, [1, 2, 1]), (2, 12, 20, [2, 2]), (3, 11, 33, [1, 2, 1])):
+        output = (repeat,) * 5
+        results += [repeated(AR, repeat, ar_rate, output), repeated(TREE, repeat, tree_rate, output, histogram)]
+    results += [CellResult(dataclasses.replace(cell, repeat=4), "failed", (), None, "boom") for cell in (AR, TREE)]
+    rows = report.summarize(results)
+    trees = [row for row in rows if row.method == "ddtree"]
+    assert [row.repeat for row in trees] == [1, 2, 3, 4] and trees[1].cell_id.endswith("-r2")
+    assert [row.speedup_vs_ar for row in trees[:3]] == pytest.approx([3.0, 20 / 12, 3.0])
+    assert [row.parity for row in trees] == [1.0, 1.0, 1.0, None]
+    ar, tree = report.summarize_repeats(rows)
+    assert (tree.repeats, tree.tokens_per_s_min, tree.tokens_per_s_max) == (3, pytest.approx(20), pytest.approx(33))
+    assert (tree.speedup_min, tree.speedup_max) == pytest.approx((20 / 12, 3.0))
+    assert (tree.median.tokens_per_s, tree.median.speedup_vs_ar) == pytest.approx((30, 30 / 11))
+    assert (ar.median.tokens_per_s, ar.median.speedup_vs_ar) == pytest.approx((11, 1.0))
+    assert tree.median.accept_histogram == pytest.approx((1 / 3, 1 / 2, 1 / 6))  # the mean of the repeats' shares
+    assert (tree.median.status, tree.median.repeat, tree.median.cell_id) == ("done", None, TREE.cell_id)
+    assert report.over_repeats(rows) == [ar.median, tree.median] and report.has_repeats(rows)
+    import csv
+
+    (_, written) = csv.DictReader(report.repeats_csv([ar, tree]).splitlines())
+    assert (written["cell_id"], written["repeats"], written["tokens_per_s"]) == (TREE.cell_id, "3", "30.0")
+    assert float(written["tokens_per_s_min"]) == pytest.approx(20) and written["speedup_vs_ar"].startswith("2.72")
+    tables = report.markdown(rows)
+    assert "| setting | T | conc | rep | n |" in tables and "### gsm8k: median over repeats" in tables
+    assert "| DDTree b8 * | 0 | 1 | 3 | 2.00 | 30.0 | 20.0-33.0 | 2.73 | 1.67-3.00 | 1.00 | done |" in tables
+
+
+def test_a_sweep_without_repeats_reads_as_before():
+    rows = report.summarize(two_cells())
+    assert report.over_repeats(rows) == rows and not report.has_repeats(rows)
+    assert "median over repeats" not in report.markdown(rows) and "| rep |" not in report.markdown(rows)
+
+
 # --- baselines -----------------------------------------------------------------------------------
 
 ZLAB_OFFLINE = """Baseline throughput: 40.00 tok/s
