@@ -116,12 +116,25 @@ def sweep(
     startup_timeout: Annotated[
         float | None, typer.Option(help="Seconds a server may take to become healthy (default: 900).")
     ] = None,
+    repeats: Annotated[
+        int | None,
+        typer.Option(
+            help="Measure the whole grid N times, pass after pass, every pass on servers started anew, so each "
+            "method's repeats are interleaved with the others' in one sitting; repeat r > 1 is stored as cells "
+            "ending in -rR, and the report adds the median over repeats, its spread and the speedup of the "
+            "medians (default: 1)."
+        ),
+    ] = None,
     dry_run: Annotated[
-        bool, typer.Option(help="List the servers and unfinished cells a run would start, then exit; writes nothing.")
+        bool,
+        typer.Option(
+            help="List the servers and unfinished cells a run would start (pass by pass with --repeats), then exit; "
+            "writes nothing."
+        ),
     ] = False,
 ) -> None:
     """Measure AR, DFLASH and DDTree cells (budget x depth x draft temperature x held chain) per dataset,
-    temperature, load."""
+    temperature, load; with --repeats, the whole grid several times, interleaved."""
     from ddbench.runner import plan_sweep, run_sweep
 
     flags = dict(
@@ -131,6 +144,7 @@ def sweep(
         datasets=datasets, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
         gpus=gpus, tp=tp, workers=workers, out=out, stream=stream, restart_per_budget=restart_per_budget,
         server_args=server_arg or None, top_p=top_p, top_k=top_k, startup_timeout_s=startup_timeout,
+        repeats=repeats,
     )  # fmt: skip
     try:
         values = read_config_file(config) if config else {}
@@ -155,10 +169,14 @@ def sweep(
 
 
 def _print_plan(plan, config) -> None:
-    """One line per server to start (in start order), then the totals."""
+    """One line per server to start (in start order; with repeats under a heading per pass), then the totals."""
     say = _console().print
     say(f"dry run: {config.out} (nothing written)", markup=False, highlight=False)
+    heading = None
     for number, job in enumerate(plan.jobs, 1):
+        if config.repeats > 1 and job.repeat != heading:
+            heading = job.repeat
+            say(f"pass {job.repeat} of {config.repeats}:", markup=False, highlight=False)
         cells = job.cells[0].cell_id + (f" .. {job.cells[-1].cell_id}" if len(job.cells) > 1 else "")
         say(f"{number:>3}. {job.spec.label}: {len(job.cells)} cell(s), {cells}", markup=False, highlight=False,
             soft_wrap=True)  # fmt: skip
@@ -281,13 +299,13 @@ def recommend(
 ) -> None:
     """Best method and DDTree setting per temperature and concurrency, and the server and request settings for it."""
     from ddbench import recommend as advice
-    from ddbench.report import summarize
+    from ddbench.report import over_repeats, summarize
     from ddbench.results import find_run_folder, load_cells, write_json
 
     try:
         folder = find_run_folder(results)
         measurement = advice.Measurement.from_manifest(folder.read_manifest())
-        rows = summarize(load_cells(folder))
+        rows = over_repeats(summarize(load_cells(folder)))
         choices = advice.recommend(rows, metric, as_list(dataset) if dataset else None, temperature, min_parity)
     except DDBenchError as error:
         raise fail(str(error)) from None
@@ -305,7 +323,7 @@ def plot(
     """Acceptance and speedup vs budget, throughput vs concurrency, latency CDFs, histograms, per-depth acceptance;
     for a `ddbench cost` folder, verify time vs tree width per batch size."""
     from ddbench.plots import plot_all, plot_cost
-    from ddbench.report import summarize
+    from ddbench.report import over_repeats, summarize
     from ddbench.results import find_run_folder, load_cells
 
     if (results / "cells.csv").is_file() and (results / "run.json").is_file():  # a `ddbench cost` folder
@@ -319,7 +337,7 @@ def plot(
         cells = load_cells(folder)
     except DDBenchError as error:
         raise fail(str(error)) from None
-    for path in plot_all(summarize(cells), cells, out or folder.root / "plots"):
+    for path in plot_all(over_repeats(summarize(cells)), cells, out or folder.root / "plots"):
         _console().print(str(path))
 
 

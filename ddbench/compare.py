@@ -18,7 +18,9 @@ and queueing included), the offline harnesses' is AR's over the method's time pe
 Cells match on dataset, method, budget, depth limit, draft temperature, held chain (absent from
 older results and baselines: not held) and temperature, plus concurrency where the baseline has one.
 Deltas are results minus baseline. Acceptance compares the pooled tau when both sides have it, else
-the per-response mean (what offline harnesses print).
+the per-response mean (what offline harnesses print). A ddbench folder with repeats compares as one
+cell per setting: its numbers the medians over the repeats (`report.over_repeats`), its outputs those of
+its first finished repeat.
 Requests match on the hash of the prompt's token ids; `match` is the fraction of matched requests
 with identical output ids and `first_div` the earliest divergences (p<prompt>t<turn>@<token index>).
 `tau equal` is the pooled acceptance of both sides over the requests whose outputs are identical: two
@@ -36,7 +38,7 @@ from pathlib import Path
 
 from ddbench.baseline import OfflineCell, offline_cells_from_pt, read_zlab_json
 from ddbench.config import DDBenchError
-from ddbench.report import CellSummary, request_accept_lens, summarize
+from ddbench.report import CellSummary, over_repeats, request_accept_lens, summarize
 from ddbench.results import CellResult, RunFolder, find_run_folder, load_cells
 from ddtree_core import metrics
 
@@ -110,12 +112,16 @@ def load_baseline(path: str | Path, *, dataset: str | None = None, temperature: 
 
 
 def sides_from_results(results: Sequence[CellResult]) -> list[Side]:
-    by_key = {result.cell.key: result for result in results}
+    """One Side per finished setting: the median row over its repeats, the records of its first finished repeat."""
+    first: dict[tuple, CellResult] = {}
+    for result in results:
+        if result.status == "done":
+            first.setdefault(result.cell.key, result)
     sides = []
-    for row in summarize(results):
+    for row in over_repeats(summarize(results)):
         if row.status != "done":
             continue
-        records = by_key[row.cell.key].records
+        records = first[row.cell.key].records
         outputs = {r.prompt_hash: r.output_ids for r in records}
         labels = {r.prompt_hash: f"p{r.prompt_index}t{r.turn}" for r in records}
         accept_lens = {r.prompt_hash: tuple(request_accept_lens(r) or ()) for r in records}

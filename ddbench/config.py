@@ -4,7 +4,8 @@ Config flows one way: `configs/NAME.toml` (its `[sweep]` table) is read first, f
 command line replace its keys, and the result is validated once here. `expand_cells` turns the config
 into the grid of cells a sweep measures. Every grid holds, per dataset x temperature x concurrency, one
 target-only cell (`ar`) and one linear DFlash cell (`dflash`) next to the DDTree cells, so speedup and
-parity come from the same run.
+parity come from the same run. With `repeats = N` the whole grid is measured N times (repeat 1..N), each
+repeat's cells under their own ids, so that methods are compared in one sitting, interleaved.
 
 Example `configs/smoke.toml`:
 
@@ -14,6 +15,7 @@ Example `configs/smoke.toml`:
     budgets = [4, 8]
     num_prompts = 2
     max_new_tokens = 16
+    repeats = 3
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class SweepConfig:
     startup_timeout_s: float = 900.0
     request_timeout_s: float = 3600.0
     name: str = "sweep"
+    repeats: int = 1  # times the whole grid is measured, pass after pass (ddbench.runner)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -90,24 +93,29 @@ class Cell:
     temperature: float
     concurrency: int
     hold_chain: bool | None = None  # DDTree: trees hold the rank-0 chain first; None for ar and dflash
+    repeat: int = 1  # 1-based measurement of this setting; None (cells written before repeats) reads as 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hold_chain", ddtree_hold_chain(self.method, self.hold_chain))
+        object.__setattr__(self, "repeat", cell_repeat(self.repeat))
 
     @property
     def cell_id(self) -> str:
-        """A file-name-safe id, stable across runs: gsm8k__ddtree-b64-d7-dt1__t0__c1 (held: ...-dt1-chain__...)."""
+        """A file-name-safe id, stable across runs: gsm8k__ddtree-b64-d7-dt1__t0__c1 (held: ...-dt1-chain__...);
+        repeat 2 and later end in their number, gsm8k__ddtree-b64-d7-dt1__t0__c1-r2, repeat 1 in nothing."""
         setting = self.method
         if self.method == "ddtree":
             depth = "auto" if self.max_depth is None else str(self.max_depth)
             setting += f"-b{self.budget}-d{depth}-dt{_num(self.draft_temperature)}"
             setting += "-chain" if self.hold_chain else ""
         dataset = re.sub(r"[^A-Za-z0-9._-]+", "_", self.dataset)
-        return f"{dataset}__{setting}__t{_num(self.temperature)}__c{self.concurrency}"
+        repeat = f"-r{self.repeat}" if self.repeat > 1 else ""
+        return f"{dataset}__{setting}__t{_num(self.temperature)}__c{self.concurrency}{repeat}"
 
     @property
     def key(self) -> tuple:
-        """The fields that identify a cell across result sets (used to match baselines)."""
+        """The fields that identify a cell's setting across result sets (used to match baselines); the
+        repeats of one setting share it."""
         return (
             self.dataset,
             self.method,
@@ -139,6 +147,19 @@ def ddtree_hold_chain(method: str, hold_chain: bool | None) -> bool | None:
     return bool(hold_chain)
 
 
+def cell_repeat(repeat: int | None) -> int:
+    """A cell's or request's repeat: None (written before repeats) reads as 1; ValueError unless an int >= 1."""
+    if repeat is None:
+        return 1
+    _check_count("repeat", repeat)
+    return repeat
+
+
+def _check_count(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
 def _num(value: float | None) -> str:
     return "none" if value is None else f"{value:g}"
 
@@ -149,7 +170,18 @@ def dataset_label(spec: str) -> str:
 
 
 def expand_cells(config: SweepConfig) -> list[Cell]:
-    """The sweep grid: per dataset x temperature x concurrency, AR, DFLASH, then every DDTree setting."""
+    """The sweep grid: per dataset x temperature x concurrency, AR, DFLASH, then every DDTree setting; with
+    `repeats` > 1 the grid again for repeat 2, 3, ... (grid of repeat 1, then of repeat 2, ...).
+
+    Example: datasets gsm8k, budgets 16, repeats 2 give the ids gsm8k__ar__t0__c1, gsm8k__dflash__t0__c1,
+    gsm8k__ddtree-b16-dauto-dt1__t0__c1, then the same three ending in -r2.
+    """
+    grid = _grid(config)
+    return grid + [dataclasses.replace(cell, repeat=repeat) for repeat in range(2, config.repeats + 1) for cell in grid]
+
+
+def _grid(config: SweepConfig) -> list[Cell]:
+    """The cells of one repeat."""
     cells = []
     for spec in config.datasets:
         for temperature in config.temperatures:
@@ -289,6 +321,7 @@ def _validate(config: SweepConfig) -> None:
     labels = [dataset_label(spec) for spec in config.datasets]
     if len(set(labels)) != len(labels):
         raise ValueError(f"datasets must have distinct names, got {labels}")
+    _check_count("repeats", config.repeats)
     for name in ("num_prompts", "max_new_tokens", "tp", "workers"):
         if getattr(config, name) is not None and getattr(config, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")

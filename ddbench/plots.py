@@ -3,7 +3,7 @@
 - acceptance_vs_budget.png: DDTree tau vs node budget, DFLASH and AR as horizontal lines;
 - speedup_vs_budget.png: DDTree speedup vs budget, DFLASH as a line, the best budget starred;
 - throughput_vs_concurrency.png: tokens/s vs concurrency per method setting;
-- latency_cdf.png: CDF of request latency per method setting;
+- latency_cdf.png: CDF of request latency per method setting (the requests of all its repeats);
 - accept_histograms.png: the tau histogram per method setting;
 - depth_acceptance.png: P(accept depth d | reached d - 1) per method setting;
   (these two are the drafter's and the tree's, not the load's: each shows only the lowest concurrency of
@@ -14,6 +14,7 @@
 - cost.png (`plot_cost`, a `ddbench cost` folder): verify time vs tree width per batch size, with floors.
 
 DDTree lines are drawn per (temperature, concurrency, depth limit, draft temperature, held chain) series.
+A folder with repeats is drawn from one median row per setting (`ddbench.report.over_repeats`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -29,6 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ddbench.config import Cell  # noqa: E402
 from ddbench.report import CellSummary, best_budget_rows, setting  # noqa: E402
 from ddbench.results import CellResult  # noqa: E402
 
@@ -188,10 +191,13 @@ def _draw_latency(results: Sequence[CellResult], path: Path) -> bool:
         return False
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4.2), squeeze=False)
     for ax, dataset in zip(axes[0], datasets):
+        by_setting: dict[Cell, list[float]] = {}  # repeat 1's cell: the latencies of every repeat
         for result in (r for r in results if r.cell.dataset == dataset and r.records):
-            latencies = np.sort([record.latency_s for record in result.records])
+            latencies = by_setting.setdefault(replace(result.cell, repeat=1), [])
+            latencies.extend(record.latency_s for record in result.records)
+        for cell, latencies in by_setting.items():
+            latencies = np.sort(latencies)
             shares = np.arange(1, len(latencies) + 1) / len(latencies)
-            cell = result.cell
             chain = "+chain" if cell.hold_chain else ""
             label = f"{cell.method} b{cell.budget}{chain} T={cell.temperature:g} c={cell.concurrency}"
             ax.step(latencies, shares, where="post", label=label.replace(" bNone", ""))

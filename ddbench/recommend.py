@@ -10,6 +10,8 @@ of the metric over the selected datasets on which every candidate has a finished
 compared on the same datasets (the others are named in a note). Failed and pending cells have no
 value. With a parity floor, a DFLASH or DDTree setting whose parity is below it on any selected
 dataset is refused at that temperature and concurrency (parity is measured at temperature 0 only).
+A sweep with repeats is read as one row per setting, the median over its repeats
+(`ddbench.report.over_repeats`), never the best of them.
 
 Applying it (`deploy`): one DDTree server started with the largest budget any band needs
 (SGLANG_DDTREE_BUDGET; it fixes the verify width max(budget + 1, block size) and the CUDA graphs),

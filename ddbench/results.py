@@ -8,6 +8,7 @@
       logs/<server>.log        server logs (and .pid while the server runs)
       requests.jsonl           every finished cell's records, merged
       summary.csv              one row per cell (ddbench.report.summarize)
+      summary_repeats.csv      with repeats: one row per setting over them (ddbench.report.summarize_repeats)
 
 Every file is written to a temporary name and renamed into place, so a crash never leaves a half file
 and a rerun sees a cell either finished or not. Report, plot and compare read only this folder; they also
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddbench.config import Cell, DDBenchError, ddtree_hold_chain
+from ddbench.config import Cell, DDBenchError, cell_repeat, ddtree_hold_chain
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,11 @@ class RequestRecord:
     start_s: float  # request start, seconds after the cell started
     meta_info: dict[str, Any]  # the server's meta_info: spec_* fields and DDTree extras
     hold_chain: bool | None = None  # DDTree: trees held the rank-0 chain first (False if absent); None: ar, dflash
+    repeat: int = 1  # the cell's repeat (1 if absent)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hold_chain", ddtree_hold_chain(self.method, self.hold_chain))
+        object.__setattr__(self, "repeat", cell_repeat(self.repeat))
 
     @property
     def cell(self) -> Cell:
@@ -73,7 +76,7 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = names - set(data) - {"hold_chain"}  # records written before the knob: no chain held
+        missing = names - set(data) - {"hold_chain", "repeat"}  # records written before these: no chain, repeat 1
         if missing:
             raise ValueError(f"request record lacks {', '.join(sorted(missing))}")
         values = {name: data.get(name) for name in names}
@@ -159,6 +162,10 @@ class RunFolder:
     @property
     def summary(self) -> Path:
         return self.root / "summary.csv"
+
+    @property
+    def summary_repeats(self) -> Path:
+        return self.root / "summary_repeats.csv"
 
     def records_path(self, cell: Cell) -> Path:
         return self.cells / f"{cell.cell_id}.jsonl"

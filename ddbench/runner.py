@@ -1,13 +1,21 @@
 """Run a sweep: plan servers over GPUs or CPU workers, run every unfinished cell, write the results.
 
-The grid's cells are grouped by the server they need (engine method, plus the DDTree setting when the
-engine cannot take it per request or --restart-per-budget asks for it); groups are split until every
-slot (a GPU group of --tp GPUs, or a CPU worker) has work, and the slots run their jobs in parallel
-threads, each starting one server at a time. A cell runs its prompts with `concurrency` requests in
-flight; multi-turn prompts send their turns one after the other, each turn carrying the model's own
-earlier answers. A finished cell is stored at once; a failed one leaves `<cell>.failure.json` and
-costs only itself (a server that died is restarted for the job's next cell; one that would not start
-fails its job's remaining cells). A rerun skips finished cells and retries the rest.
+The grid runs pass by pass: pass r is every cell of repeat r (one pass unless --repeats). A pass's cells
+are grouped by the server they need (engine method, plus the DDTree setting when the engine cannot take
+it per request or --restart-per-budget asks for it); groups are split until every slot (a GPU group of
+--tp GPUs, or a CPU worker) has work, and the slots run the jobs in parallel threads, each starting one
+server at a time. Jobs are queued pass after pass and a free slot takes the next one in that order: no
+job of pass r + 1 starts before every job of pass r has started, but a slot done early starts on pass
+r + 1 while the others finish pass r (slots are separate GPUs or CPU shares; a barrier would only idle
+them). Each pass starts its own servers, so the repeats of a method are spread over the sitting,
+interleaved with the other methods, rather than measured back to back on one server. Example: on one
+worker, --repeats 2 starts the AR, DFLASH and DDTree servers of pass 1, then those of pass 2.
+
+A cell runs its prompts with `concurrency` requests in flight; multi-turn prompts send their turns one
+after the other, each turn carrying the model's own earlier answers. A finished cell is stored at once;
+a failed one leaves `<cell>.failure.json` and costs only itself (a server that died is restarted for the
+job's next cell; one that would not start fails its job's remaining cells). A rerun skips finished cells
+and retries the rest, repeats included.
 """
 
 from __future__ import annotations
@@ -71,7 +79,12 @@ class Job:
     """Cells that one server (started once, restarted only if it dies) measures in order."""
 
     spec: ServerSpec  # gpus and threads are filled in by the slot that runs it
-    cells: tuple[Cell, ...]
+    cells: tuple[Cell, ...]  # of one repeat
+
+    @property
+    def repeat(self) -> int:
+        """The pass the job belongs to: its cells' repeat."""
+        return self.cells[0].repeat
 
 
 @dataclass(frozen=True)
@@ -191,6 +204,14 @@ def server_spec(config: SweepConfig, cell: Cell) -> ServerSpec:
 
 
 def plan_jobs(config: SweepConfig, cells: Sequence[Cell], num_slots: int) -> list[Job]:
+    """The jobs in start order, pass by pass: repeat 1's, then repeat 2's, ... (see `_plan_pass`)."""
+    jobs = []
+    for repeat in sorted({cell.repeat for cell in cells}):
+        jobs += _plan_pass(config, [cell for cell in cells if cell.repeat == repeat], num_slots)
+    return jobs
+
+
+def _plan_pass(config: SweepConfig, cells: Sequence[Cell], num_slots: int) -> list[Job]:
     """Group cells by server, then halve the largest job until every slot has one (or no job splits)."""
     groups: dict[ServerSpec, list[Cell]] = {}
     for cell in cells:
@@ -290,7 +311,8 @@ def run_job(
                 if server is not None:
                     server.stop()
                     running.remove(server)
-                log = folder.logs / f"slot{slot.index}-{spec.label}-{time.strftime('%Y%m%d-%H%M%S')}-{position}.log"
+                label = spec.label + (f"-r{job.repeat}" if job.repeat > 1 else "")
+                log = folder.logs / f"slot{slot.index}-{label}-{time.strftime('%Y%m%d-%H%M%S')}-{position}.log"
                 server = Server(spec, log, startup_timeout_s=config.startup_timeout_s)
                 running.add(server)
                 try:

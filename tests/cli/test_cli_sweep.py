@@ -176,6 +176,49 @@ def test_held_chain_cells_extend_a_folder_written_before_the_knob(swept, tiny_pa
     assert (tmp_path / "plots" / "speedup_vs_budget.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_repeats_extend_a_finished_sweep_and_resume_pass_by_pass(swept, tiny_pair, prompt_file, tmp_path):
+    """--repeats 2 into a folder of one pass runs pass 2 alone, under -r2 ids, each cell's parity against the AR
+    cell of its repeat; the report and summary_repeats.csv give the medians; a partly finished pass resumes."""
+    out = tmp_path / "run"
+    shutil.copytree(swept, out)
+    repeat_args = sweep_args(tiny_pair, prompt_file, out, "--repeats", "2")
+    plan = runner.invoke(app, [*repeat_args, "--dry-run"])
+    assert plan.exit_code == 0, plan.output
+    assert "pass 2 of 2:\n  1. " in plan.output and "pass 1 of 2" not in plan.output
+    assert "4 cells to run on 3 server start(s), 2 side by side; 4 already done" in plan.output
+    result = runner.invoke(app, repeat_args)
+    assert result.exit_code == 0, result.output
+    assert "4 cells run, 4 already done" in result.output and "tiny: median over repeats" in result.output
+    rows = summary_rows(out)
+    assert [row["repeat"] for row in rows] == ["1"] * 4 + ["2"] * 4
+    assert [row["cell_id"] for row in rows[4:]] == [row["cell_id"] + "-r2" for row in rows[:4]]
+    assert [row["parity"] for row in rows] == ["", "1.0", "1.0", "1.0"] * 2
+    with open(out / "summary_repeats.csv") as stream:
+        medians = list(csv.DictReader(stream))
+    assert [(row["cell_id"], row["repeats"]) for row in medians] == [(row["cell_id"], "2") for row in rows[:4]]
+    compared = runner.invoke(app, ["compare", "--baseline", str(swept), str(out), "--no-speed"])
+    assert compared.exit_code == 0 and "4 of 4 matched cells within tolerance" in compared.output
+    (out / "cells" / f"{rows[7]['cell_id']}.json").unlink()  # as if stopped before its last cell
+    plan = runner.invoke(app, [*repeat_args, "--dry-run"])
+    assert f"pass 2 of 2:\n  1. reference-ddtree: 1 cell(s), {rows[7]['cell_id']}\n" in plan.output
+    rerun = runner.invoke(app, repeat_args)
+    assert rerun.exit_code == 0 and "1 cells run, 7 already done" in rerun.output
+
+
+def test_repeats_dry_run_lists_the_passes_and_zero_exits_2(tiny_pair, prompt_file, tmp_path):
+    out = tmp_path / "run"
+    plan = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out, "--repeats", "3", "--dry-run"))
+    assert plan.exit_code == 0, plan.output
+    lines = plan.output.splitlines()
+    assert [line for line in lines if line.startswith("pass")] == ["pass 1 of 3:", "pass 2 of 3:", "pass 3 of 3:"]
+    assert lines[lines.index("pass 3 of 3:") + 1].startswith("  7. ")  # start order runs on across passes
+    assert "12 cells to run on 9 server start(s), 2 side by side; 0 already done" in plan.output
+    bad = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out, "--repeats", "0"))
+    assert bad.exit_code == 2 and bad.stderr == "error: repeats must be an integer >= 1, got 0\n"
+    assert not out.exists()
+    assert "--repeats" in runner.invoke(app, ["sweep", "--help"]).output
+
+
 def test_unknown_dataset_exits_2_and_writes_nothing(tiny_pair, tmp_path):
     out = tmp_path / "run"
     result = runner.invoke(app, sweep_args(tiny_pair, "nosuch", out))

@@ -19,7 +19,7 @@ from ddbench import client, compare, report
 from ddbench.baseline import offline_cells_from_pt
 from ddbench.config import CONFIG_DIR, Cell, DDBenchError, build_config, expand_cells, parse_gpus, read_config_file
 from ddbench.results import CellResult, RequestRecord, RunFolder, prompt_hash
-from ddbench.runner import plan_jobs, plan_slots, server_spec
+from ddbench.runner import plan_jobs, plan_slots, plan_sweep, server_spec
 from ddbench.server import LaunchSettings, Server, ServerError, ServerSpec
 
 MODELS = {"model": "m", "draft": "d"}
@@ -96,9 +96,11 @@ def test_baselines_only():
         ({"methods": "ddtree"}, "methods must include ar and dflash"),
         ({"hold_chain": "0,2"}, "hold_chain takes 0 or 1 (false or true), got '2'"),
         ({"hold_chain": ""}, "hold_chain must list 0 or 1, got"),
+        ({"repeats": 0}, "repeats must be an integer >= 1, got 0$"),
+        ({"repeats": 2.5}, "repeats must be an integer >= 1, got 2.5$"),
     ],
     ids=["budget-zero", "engine", "dataset", "tp", "sglang-cpu", "temperature", "unknown-key", "gpus", "stream"]
-    + ["methods", "hold-chain", "hold-chain-empty"],
+    + ["methods", "hold-chain", "hold-chain-empty", "repeats-zero", "repeats-fraction"],
 )
 def test_bad_settings_raise_one_line(values, message):
     with pytest.raises(DDBenchError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
@@ -248,16 +250,18 @@ def test_summary_csv_round_trip(tmp_path):
     assert rows[-1].status == "failed" and rows[-1].error == "boom"
 
 
-def test_summary_csv_without_the_hold_chain_column_reads_as_unheld(tmp_path):
+@pytest.mark.parametrize("name", ["hold_chain", "repeat"])
+def test_summary_csv_without_a_later_column_reads_as_before_it(tmp_path, name):
+    """Without hold_chain: no chain held; without repeat: repeat 1."""
     import csv
 
     rows = report.summarize(two_cells())
     lines = list(csv.reader(report.summary_csv(rows).splitlines()))
-    column = lines[0].index("hold_chain")
+    column = lines[0].index(name)
     path = tmp_path / "summary.csv"
     with open(path, "w", newline="") as stream:
         csv.writer(stream).writerows([value for i, value in enumerate(line) if i != column] for line in lines)
-    assert "hold_chain" not in path.read_text() and report.read_summary(path) == rows
+    assert name not in path.read_text() and report.read_summary(path) == rows
 
 
 def test_held_settings_are_labelled_and_matched_apart():
@@ -271,6 +275,108 @@ def test_held_settings_are_labelled_and_matched_apart():
     assert [ours.key for ours, _ in pairs] == [TREE.key]
     assert compare._key_label(held.key) == "gsm8k DDTree b8+chain T=0 c=1"
     assert compare._key_label(TREE.key) == "gsm8k DDTree b8 T=0 c=1"
+
+
+# --- repeats -------------------------------------------------------------------------------------
+
+
+def test_repeats_measure_the_grid_again_under_their_own_ids():
+    once = expand_cells(build_config({**MODELS, "budgets": "16"}, {}))
+    cells = expand_cells(build_config({**MODELS, "budgets": "16", "repeats": 3}, {}))
+    ids = ["gsm8k__ar__t0__c1", "gsm8k__dflash__t0__c1", "gsm8k__ddtree-b16-dauto-dt1__t0__c1"]
+    assert [cell.cell_id for cell in once] == ids and {cell.repeat for cell in once} == {1}
+    assert cells[:3] == once and [cell.repeat for cell in cells] == [1] * 3 + [2] * 3 + [3] * 3
+    assert [cell.cell_id for cell in cells[3:]] == [f"{cell_id}-r{r}" for r in (2, 3) for cell_id in ids]
+    assert Cell.from_dict(cells[8].to_dict()) == cells[8] and cells[8].key == cells[2].key
+
+
+def test_repeats_from_a_config_file_and_a_flag(tmp_path):
+    path = tmp_path / "thrice.toml"
+    path.write_text("[sweep]\nbudgets = [16]\nrepeats = 3\n")
+    values = {**MODELS, **read_config_file(str(path))}
+    assert build_config(values, {}).repeats == 3 and build_config(values, {"repeats": 2}).repeats == 2
+    assert build_config(MODELS, {}).repeats == 1
+
+
+def test_cells_and_records_written_before_repeats_read_as_repeat_1():
+    old = {name: value for name, value in TREE.to_dict().items() if name != "repeat"}
+    assert Cell.from_dict(old) == TREE and TREE.repeat == 1
+    data = record(TREE, 0, (1, 2)).to_dict()
+    assert data["repeat"] == 1
+    del data["repeat"]
+    assert RequestRecord.from_dict(data) == record(TREE, 0, (1, 2))
+    with pytest.raises(ValueError, match="repeat must be an integer >= 1, got 0"):
+        dataclasses.replace(TREE, repeat=0)
+
+
+def test_plan_runs_the_repeats_pass_by_pass_on_servers_of_their_own():
+    values = {**MODELS, "budgets": "2,4,8,16", "workers": 4}
+    single = build_config(values, {})
+    config = build_config({**values, "repeats": 3}, {})
+    one_pass = plan_jobs(single, expand_cells(single), len(plan_slots(single)))
+    jobs = plan_jobs(config, expand_cells(config), len(plan_slots(config)))
+    assert [job.repeat for job in jobs] == [1] * 4 + [2] * 4 + [3] * 4
+    for repeat in (1, 2, 3):
+        passed = [job for job in jobs if job.repeat == repeat]
+        assert [(job.spec, len(job.cells)) for job in passed] == [(job.spec, len(job.cells)) for job in one_pass]
+        assert {cell.repeat for job in passed for cell in job.cells} == {repeat}
+
+
+def test_plan_of_a_partly_finished_repeated_sweep_resumes_where_it_stopped(tmp_path):
+    config = build_config({**MODELS, "budgets": "2", "repeats": 3, "out": str(tmp_path)}, {})
+    folder = RunFolder(tmp_path)
+    for cell in expand_cells(config)[:4]:  # pass 1 and pass 2's AR cell
+        folder.write_cell(cell, (record(cell, 0, (1,)),), 1.0, {})
+    plan = plan_sweep(config)
+    assert plan.skipped == 4 and [job.repeat for job in plan.jobs] == [2, 2, 3, 3, 3]
+    assert [cell.cell_id for job in plan.jobs for cell in job.cells] == [
+        "gsm8k__dflash__t0__c1-r2", "gsm8k__ddtree-b2-dauto-dt1__t0__c1-r2",
+        "gsm8k__ar__t0__c1-r3", "gsm8k__dflash__t0__c1-r3", "gsm8k__ddtree-b2-dauto-dt1__t0__c1-r3",
+    ]  # fmt: skip
+
+
+def repeated(cell: Cell, repeat: int, tokens_per_s: float, output: tuple, histogram=None) -> CellResult:
+    """A finished `repeat` of `cell`: two requests of five tokens, `tokens_per_s`."""
+    cell = dataclasses.replace(cell, repeat=repeat)
+    records = tuple(record(cell, index, output, histogram) for index in range(2))
+    return CellResult(cell, "done", records, 10 / tokens_per_s, None, {"block_size": 4})
+
+
+def test_repeats_give_medians_spreads_and_speedups_of_the_medians():
+    """summarize_repeats' example: AR at 10, 12, 11 tokens/s and DDTree at 30, 20, 33 in repeats 1-3; repeat 4
+    failed. Each repeat answers differently, so parity 1 means each was compared with the AR of its repeat."""
+    results = []
+    for repeat, ar_rate, tree_rate, histogram in ((1, 10, 30, [1, 2, 1]), (2, 12, 20, [2, 2]), (3, 11, 33, [1, 2, 1])):
+        output = (repeat,) * 5
+        results += [repeated(AR, repeat, ar_rate, output), repeated(TREE, repeat, tree_rate, output, histogram)]
+    results += [CellResult(dataclasses.replace(cell, repeat=4), "failed", (), None, "boom") for cell in (AR, TREE)]
+    rows = report.summarize(results)
+    trees = [row for row in rows if row.method == "ddtree"]
+    assert [row.repeat for row in trees] == [1, 2, 3, 4] and trees[1].cell_id.endswith("-r2")
+    assert [row.speedup_vs_ar for row in trees[:3]] == pytest.approx([3.0, 20 / 12, 3.0])
+    assert [row.parity for row in trees] == [1.0, 1.0, 1.0, None]
+    ar, tree = report.summarize_repeats(rows)
+    assert (tree.repeats, tree.tokens_per_s_min, tree.tokens_per_s_max) == (3, pytest.approx(20), pytest.approx(33))
+    assert (tree.speedup_min, tree.speedup_max) == pytest.approx((20 / 12, 3.0))
+    assert (tree.median.tokens_per_s, tree.median.speedup_vs_ar) == pytest.approx((30, 30 / 11))
+    assert (ar.median.tokens_per_s, ar.median.speedup_vs_ar) == pytest.approx((11, 1.0))
+    assert tree.median.accept_histogram == pytest.approx((1 / 3, 1 / 2, 1 / 6))  # the mean of the repeats' shares
+    assert (tree.median.status, tree.median.repeat, tree.median.cell_id) == ("done", None, TREE.cell_id)
+    assert report.over_repeats(rows) == [ar.median, tree.median] and report.has_repeats(rows)
+    import csv
+
+    (_, written) = csv.DictReader(report.repeats_csv([ar, tree]).splitlines())
+    assert (written["cell_id"], written["repeats"], written["tokens_per_s"]) == (TREE.cell_id, "3", "30.0")
+    assert float(written["tokens_per_s_min"]) == pytest.approx(20) and written["speedup_vs_ar"].startswith("2.72")
+    tables = report.markdown(rows)
+    assert "| setting | T | conc | rep | n |" in tables and "### gsm8k: median over repeats" in tables
+    assert "| DDTree b8 * | 0 | 1 | 3 | 2.00 | 30.0 | 20.0-33.0 | 2.73 | 1.67-3.00 | 1.00 | done |" in tables
+
+
+def test_a_sweep_without_repeats_reads_as_before():
+    rows = report.summarize(two_cells())
+    assert report.over_repeats(rows) == rows and not report.has_repeats(rows)
+    assert "median over repeats" not in report.markdown(rows) and "| rep |" not in report.markdown(rows)
 
 
 # --- baselines -----------------------------------------------------------------------------------
