@@ -109,7 +109,12 @@ def test_layout_places_heads_in_their_groups_and_dims_on_their_pairs():
 
 @pytest.mark.parametrize(
     "shape",
-    [BIG, BIG.replace(head_dim=24), BIG.replace(hidden_size=144, num_heads=18, num_kv_heads=6, head_dim=8), BIG.replace(num_layers=4)],
+    [
+        BIG,
+        BIG.replace(head_dim=24),
+        BIG.replace(hidden_size=144, num_heads=18, num_kv_heads=6, head_dim=8),
+        BIG.replace(num_layers=4),
+    ],
     ids=["x2-head-dim", "x3-head-dim", "same-head-dim", "same-layers"],
 )
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
