@@ -54,6 +54,8 @@
 #               on sharper, chain-like drafts: --logit-scale 12), the top-K and the tree-build launch sweeps (with
 #               their per-phase times, phases.csv)
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
+#   big         the testbed pair inflated to Llama-3.1-8B's shape (ddbench testbed inflate --preset llama3-8b, on the
+#               GPU), its bf16 check against the source, then configs/testbed8b-h200.toml (BIG_ARGS: extra flags)
 #   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
 #               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
 #               tokens in the batch: a B x W-token verify reads the weights a (B x W)-token decode step reads
@@ -300,6 +302,15 @@ sweeps)
             --device "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
             --out "$W/runs/cost-sglang/$model" >> "$W/runs/cost-sglang/$model.log" 2>&1
         done ;;
+      big)  # the testbed pair inflated to Llama-3.1-8B's shape, checked against the source (bf16, 8 GSM8K prompts),
+        # then configs/testbed8b-h200.toml (BIG_ARGS: extra sweep flags, e.g. --repeats 1)
+        B=$W/big
+        python3 -m ddbench testbed inflate "$T" "$B/target" --draft "$DRAFT" "$B/drafter" --preset llama3-8b \
+          --device cuda --check 8 --data-dir "$W/data" > "$W/runs/inflate-8b.log" 2>&1
+        echo "inflate rc=$?" >> "$W/done"
+        python3 -m ddbench sweep --config testbed8b-h200 --model "$B/target" --draft "$B/drafter" --data-dir "$W/data" \
+          --out "$W/runs/8b" ${BIG_ARGS:-}
+        echo "8b rc=$?" >> "$W/done" ;;
       *) echo "unknown job $job" ;;
       esac
     done
