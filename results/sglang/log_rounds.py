@@ -5,7 +5,10 @@
 
 With --summary R1,R2,..: per log, the median ms per round over the lines with exactly R running
 requests (and the interquartile range and line count); lines above 20 ms (a prefill or a CUDA-graph
-capture inside the interval) are left out.
+capture inside the interval) are left out, or above MS with --max-ms MS (an 8B target's rounds at 16
+running take more than 20 ms):
+
+    python results/sglang/log_rounds.py --max-ms 200 --summary 1,16 results/sglang/testbed8b-h200-2026-12-02/logs/*
 
 Every `Decode batch` line reports the running requests, the mean accept length (tokens per round,
 bonus included; absent for AR, which emits one token a step) and the generation throughput over the
@@ -37,14 +40,14 @@ def rounds(path: Path) -> list[tuple[int, float, float]]:
     return out
 
 
-def summary(paths: list[str], running: list[int]) -> None:
+def summary(paths: list[str], running: list[int], max_ms: float = 20.0) -> None:
     print("| log | " + " | ".join(f"ms per round, {r} running: median (IQR, lines)" for r in running) + " |")
     print("|---|" + "---|" * len(running))
     for name in paths:
         lines = rounds(Path(name))
         cells = []
         for count in running:
-            ms = sorted(m for r, _, m in lines if r == count and m <= 20)
+            ms = sorted(m for r, _, m in lines if r == count and m <= max_ms)
             if len(ms) < 2:
                 cells.append("-" if not ms else f"{ms[0]:.2f} (n=1)")
                 continue
@@ -54,8 +57,11 @@ def summary(paths: list[str], running: list[int]) -> None:
 
 
 def main(paths: list[str]) -> None:
+    max_ms = 20.0
+    if paths and paths[0] == "--max-ms":
+        max_ms, paths = float(paths[1]), paths[2:]
     if paths and paths[0] == "--summary":
-        summary(paths[2:], [int(r) for r in paths[1].split(",")])
+        summary(paths[2:], [int(r) for r in paths[1].split(",")], max_ms)
         return
     print("| log | running | accept len | ms per round |")
     print("|---|---|---|---|")
