@@ -669,7 +669,7 @@ def testbed_inflate(
     dst: Annotated[Path, typer.Argument(help="The inflated target folder to write.")],
     draft: Annotated[
         tuple[Path, Path] | None,
-        typer.Option(help="SRC DST: also inflate this DFlash drafter of SRC to the new width (into DST)."),
+        typer.Option(help="DRAFT_SRC DRAFT_DST: also inflate the target's DFlash drafter DRAFT_SRC into DRAFT_DST."),
     ] = None,
     preset: Annotated[
         str | None, typer.Option(help="Shape of a real model: llama3-8b (4096 / 14336 / 32 / 32:8 / 128), qwen3-8b.")
