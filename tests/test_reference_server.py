@@ -184,6 +184,17 @@ BAD_BODIES = {
     "number_stop": {"input_ids": [1], "sampling_params": {"stop": 5}},
     "bad_stop_ids": {"input_ids": [1], "sampling_params": {"stop_token_ids": "w1"}},
     "negative_budget": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_budget": -1}}},
+    "huge_budget": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_budget": 1_000_000_000}}},
+    "string_budget": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_budget": "64"}}},
+    "float_budget": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_budget": 8.5}}},
+    "zero_depth": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_max_depth": 0}}},
+    "zero_draft_temperature": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_draft_temperature": 0}}},
+    "nan_draft_temperature": b'{"input_ids": [1], "sampling_params": {"custom_params": '
+    b'{"ddtree_draft_temperature": NaN}}}',
+    "inf_draft_temperature": b'{"input_ids": [1], "sampling_params": {"custom_params": '
+    b'{"ddtree_draft_temperature": Infinity}}}',
+    "unknown_ddtree_key": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_budgte": 8}}},
+    "prompt_over_context": {"input_ids": [1] * 32768},
     "deep_tree": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_max_depth": 99}}},
     "bad_custom": {"input_ids": [1], "sampling_params": {"custom_params": [1]}},
     "int_hold_chain": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_hold_chain": 1}}},
@@ -195,7 +206,7 @@ BAD_BODIES = {
 def test_bad_requests_get_400_and_the_server_keeps_serving(url, body):
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     status, out = call(url, "/generate", raw=raw)
-    assert status == 400 and out["error"]["message"]
+    assert status == 400 and out["error"]["message"] and "\n" not in out["error"]["message"]
     status, out = call(url, "/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": 2}})
     assert status == 200 and len(out["output_ids"]) == 2
 
@@ -207,7 +218,25 @@ def test_custom_params_set_the_tree(url):
         assert status == 200
         return out["meta_info"]["ddtree_mean_tree_nodes"]
 
-    assert mean_nodes(1) == 1 and mean_nodes(2) == 2 and mean_nodes(32) > 2
+    assert mean_nodes(0) == 0 and mean_nodes(1) == 1 and mean_nodes(2) == 2 and mean_nodes(16) > 2
+
+
+@pytest.mark.parametrize(
+    "custom, message",
+    [
+        (
+            {"ddtree_budget": 1_000_000_000},
+            "custom_params.ddtree_budget must be an int in [0, 16] (this server's budget)",
+        ),
+        ({"ddtree_budget": -1}, "custom_params.ddtree_budget must be an int in [0, 16]"),
+        ({"ddtree_max_depth": 6}, "custom_params.ddtree_max_depth must be an int in [1, 5] (the drafted block)"),
+        ({"ddtree_draft_temperature": -2}, "custom_params.ddtree_draft_temperature must be a finite number > 0"),
+        ({"ddtree_budgte": 8}, "custom_params.ddtree_budgte is unknown; known: ddtree_budget, ddtree_max_depth"),
+    ],
+)
+def test_bad_custom_params_name_the_field_and_range(url, custom, message):
+    status, out = call(url, "/generate", {"input_ids": [1], "sampling_params": {"custom_params": custom}})
+    assert status == 400 and out["error"]["message"].startswith(message), out
 
 
 def test_hold_chain_custom_param_at_budget_depth_accepts_as_dflash(url, parts):

@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -35,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ddtree_core import metrics
-from ddtree_core.reference.decode import Generation, SamplingConfig, SpecConfig, check_depth, generate
+from ddtree_core.reference.decode import Generation, SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ NEUTRAL_SAMPLING = {
     "logit_bias": None,
 }
 MAX_BODY_BYTES = 64 << 20
+CUSTOM_KEYS = ("ddtree_budget", "ddtree_max_depth", "ddtree_draft_temperature", "ddtree_hold_chain")
 
 
 class RequestError(ValueError):
@@ -197,6 +199,9 @@ class ReferenceEngine:
             raise RequestError("input_ids must be a non-empty list of ints (batched requests are not supported)")
         if not all(0 <= t < self.vocab_size for t in ids):
             raise RequestError(f"input_ids must lie in [0, {self.vocab_size})")
+        context = getattr(self.target.config, "max_position_embeddings", None)
+        if context is not None and len(ids) >= context:
+            raise RequestError(f"the prompt has {len(ids)} tokens; it must be shorter than the context ({context})")
         return tuple(ids)
 
     def _sampling(self, params: dict) -> SamplingConfig:
@@ -218,22 +223,34 @@ class ReferenceEngine:
             raise RequestError(str(error)) from error
 
     def _spec(self, custom: Any) -> SpecConfig:
+        """The request's DDTree settings: the server's, with custom_params' ddtree_* keys in their ranges.
+
+        ddtree_budget: an int in [0, the server's --budget] (0: the bonus token only); ddtree_max_depth: an
+        int in [1, block - 1]; ddtree_draft_temperature: a finite number > 0; ddtree_hold_chain: a bool.
+        Any other ddtree_* key is refused. Example: {"ddtree_budget": 1000000000} on a --budget 64 server
+        -> HTTP 400 "custom_params.ddtree_budget must be an int in [0, 64] (this server's budget), got 1000000000".
+        """
         if custom is None or self.spec.method != "ddtree":
             return self.spec
         if not isinstance(custom, dict):
             raise RequestError("custom_params must be an object")
-        try:
-            spec = dataclasses.replace(
-                self.spec,
-                budget=_typed(custom, "ddtree_budget", int, self.spec.budget),
-                max_depth=_typed(custom, "ddtree_max_depth", int, self.spec.max_depth),
-                draft_temperature=float(_typed(custom, "ddtree_draft_temperature", float, self.spec.draft_temperature)),
-                hold_chain=_typed(custom, "ddtree_hold_chain", bool, self.spec.hold_chain),
+        unknown = sorted(key for key in custom if key.startswith("ddtree_") and key not in CUSTOM_KEYS)
+        if unknown:
+            raise RequestError(f"custom_params.{unknown[0]} is unknown; known: {', '.join(CUSTOM_KEYS)}")
+        block = self.spec.block_size or self.drafter.block_size
+        budget = _in_range(custom, "ddtree_budget", self.spec.budget, 0, self.spec.budget, "this server's budget")
+        depth = _in_range(custom, "ddtree_max_depth", self.spec.max_depth, 1, block - 1, "the drafted block")
+        temperature = custom.get("ddtree_draft_temperature", self.spec.draft_temperature)
+        if not (_is_number(temperature) and math.isfinite(temperature) and temperature > 0):
+            raise RequestError(
+                f"custom_params.ddtree_draft_temperature must be a finite number > 0, got {temperature!r}"
             )
-            check_depth(spec, spec.block_size or self.drafter.block_size)
-            return spec
-        except ValueError as error:
-            raise RequestError(str(error)) from error
+        hold_chain = custom.get("ddtree_hold_chain", self.spec.hold_chain)
+        if not isinstance(hold_chain, bool):
+            raise RequestError(f"custom_params.ddtree_hold_chain must be true or false, got {hold_chain!r}")
+        return dataclasses.replace(
+            self.spec, budget=budget, max_depth=depth, draft_temperature=float(temperature), hold_chain=hold_chain
+        )
 
     def _stop_check(self, stop: tuple[str, ...]):
         """A decode-time check for stop strings over a window of the latest tokens."""
@@ -329,6 +346,20 @@ def _check_sampling_keys(params: dict) -> None:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _in_range(custom: dict, key: str, default: int | None, low: int, high: int, what: str) -> int | None:
+    """custom[key] (default when absent), refused unless an int in [low, high]; `what` names the bound."""
+    value = custom.get(key, default)
+    if value is default:
+        return value
+    if not _is_int(value) or not low <= value <= high:
+        raise RequestError(f"custom_params.{key} must be an int in [{low}, {high}] ({what}), got {value!r}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return _is_int(value) or isinstance(value, float)
 
 
 def _typed(params: dict, key: str, kind: type, default: Any) -> Any:
