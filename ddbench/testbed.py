@@ -29,6 +29,7 @@ after a chat prompt, and text encodes to them only where it spells the special t
 
 from __future__ import annotations
 
+import filecmp
 import functools
 import hashlib
 import importlib.metadata
@@ -361,6 +362,13 @@ def _step(progress: Progress, description: str) -> Iterator[None]:
         progress.update(task, completed=1, description=f"[red]✗[/red] {description}{reason}")
         raise
     progress.update(task, completed=1, description=f"[green]✓[/green] {description}")
+
+
+def is_testbed_drafter(draft: str | Path) -> bool:
+    """Whether `draft` is the bundled drafter, trained around ddbench.heldout's split: DRAFTER_DIR or a folder
+    with the same weights (a copy); a hub id or any other folder is not."""
+    weights = Path(draft).expanduser() / "model.safetensors"
+    return weights.is_file() and filecmp.cmp(weights, DRAFTER_DIR / "model.safetensors", shallow=False)
 
 
 def train_prompts(data_dir: str | Path | None = None) -> list[dict[str, Any]]:
