@@ -16,6 +16,7 @@ DDTree harness's: the chat template as text (no system prompt, thinking off), th
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -145,16 +146,41 @@ def _one(body: Any) -> dict[str, Any]:
 
 
 def load_prompts(config: SweepConfig) -> dict[str, list]:
-    """The prompts of every dataset of the config, by dataset label (DDBenchError if one is missing)."""
-    from ddbench import datasets
+    """The prompts of every dataset of the config, by dataset label (DDBenchError if one is missing).
 
+    With the testbed drafter (`testbed.is_testbed_drafter`) a builtin dataset without num_prompts gives its
+    held-out prompts (ddbench.heldout: 128 gsm8k, 64 humaneval, 40 mt-bench), and a dataset with prompts
+    outside the split prints one line on stderr, e.g. for humaneval and num_prompts 100:
+    "warning: humaneval: 36 of 100 prompts are not held out from the testbed drafter's training (ddbench.heldout)".
+    """
+    from ddbench import datasets, heldout, testbed
+
+    testbed_drafter = testbed.is_testbed_drafter(config.draft)
     prompts = {}
     for spec in config.datasets:
+        label = dataset_label(spec)
         try:
-            prompts[dataset_label(spec)] = datasets.load_prompts(spec, config.num_prompts, data_dir=config.data_dir)
+            if testbed_drafter and config.num_prompts is None and spec in heldout.EVAL_SIZES:
+                prompts[label] = heldout.eval_prompts(spec, data_dir=config.data_dir)
+            else:
+                prompts[label] = datasets.load_prompts(spec, config.num_prompts, data_dir=config.data_dir)
         except (ValueError, OSError, datasets.DatasetUnavailableError) as error:
             raise DDBenchError(f"dataset {spec}: {str(error).splitlines()[0]}") from error
+        outside = sum(not heldout.is_held_out(prompt) for prompt in prompts[label]) if testbed_drafter else 0
+        if outside:
+            print(
+                f"warning: {label}: {outside} of {len(prompts[label])} prompts are not held out from the testbed "
+                "drafter's training (ddbench.heldout)",
+                file=sys.stderr,
+            )
     return prompts
+
+
+def held_out_datasets(prompts: dict[str, list]) -> dict[str, bool]:
+    """Per dataset label, whether every one of its prompts is held out from drafter training (ddbench.heldout)."""
+    from ddbench.heldout import is_held_out
+
+    return {label: all(map(is_held_out, items)) for label, items in prompts.items()}
 
 
 def chat_input_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
@@ -164,12 +190,14 @@ def chat_input_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
 
 
 class Inputs:
-    """Prompts per dataset label and the target's tokenizer; tokenization is serialized (thread safety)."""
+    """Prompts per dataset label, whether each dataset's are all held out (`held_out_datasets`), and the target's
+    tokenizer; tokenization is serialized (thread safety)."""
 
     def __init__(self, config: SweepConfig):
         from transformers import AutoTokenizer
 
         self.prompts = load_prompts(config)
+        self.held_out = held_out_datasets(self.prompts)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         except (OSError, ValueError) as error:

@@ -59,6 +59,7 @@ class SweepConfig:
     datasets: tuple[str, ...] = ("gsm8k",)  # builtin names or JSONL paths
     data_dir: str | None = None  # offline dataset mirror
     num_prompts: int | None = None  # prompts per dataset; None: 128 gsm8k, 164 humaneval, 80 mt-bench, all of a file
+    # (the testbed drafter: the held-out prompts, client.load_prompts)
     max_new_tokens: int = 2048
     top_p: float = 1.0
     top_k: int = -1  # -1: no top-k

@@ -16,7 +16,8 @@ at once with a message naming what was tried instead of retrying for minutes. A 
 with one {"prompt": str} or {"turns": [str, ...]} per line (optional "reference") is used verbatim.
 
 Subsets follow DDTree: n < len(dataset) takes `dataset.shuffle(seed=0).select(range(n))`, otherwise the
-whole dataset in its own order; HumanEval uses all 164 by default (`DEFAULT_NUM_PROMPTS`).
+whole dataset in its own order; HumanEval uses all 164 by default (`DEFAULT_NUM_PROMPTS`). Which prompts
+are held out from drafter training is ddbench.heldout's to say.
 """
 
 from __future__ import annotations
@@ -269,28 +270,6 @@ def select_subset(prompts: Sequence[Prompt], num_prompts: int) -> list[Prompt]:
     if num_prompts >= len(prompts):
         return list(prompts)
     return [prompts[position] for position in shuffle_order(len(prompts))[:num_prompts]]
-
-
-def split_prompts(prompts: Sequence[Prompt], part: str, *, eval_size: int | None = None) -> list[Prompt]:
-    """A held-out split of a whole dataset (as `load_all_prompts` returns it): part "eval" or "train".
-
-    Rule: evaluation = `select_subset(prompts, eval_size)`, i.e. the first `eval_size` items of the seed-0
-    shuffle that benchmarks use (the whole dataset when eval_size >= its length); training = every other
-    item, in shuffle order. A benchmark run with num_prompts <= eval_size therefore never sees a training
-    prompt. eval_size defaults to `DEFAULT_NUM_PROMPTS`: GSM8K evaluates 128 and trains on the other
-    1191; HumanEval (164) and MT-Bench (80) are evaluated whole, so their training part is empty; pass a
-    smaller eval_size to train on some of them, and then benchmark with at most that many prompts.
-    """
-    if part not in ("train", "eval"):
-        raise ValueError(f'part must be "train" or "eval", got {part!r}')
-    _check_whole_dataset(prompts)
-    if eval_size is None:
-        eval_size = DEFAULT_NUM_PROMPTS.get(prompts[0].dataset, len(prompts)) if prompts else 0
-    if eval_size < 0:
-        raise ValueError(f"eval_size must be >= 0, got {eval_size}")
-    order = shuffle_order(len(prompts)) if eval_size < len(prompts) else tuple(range(len(prompts)))
-    chosen = order[:eval_size] if part == "eval" else order[eval_size:]
-    return [prompts[position] for position in chosen]
 
 
 def _check_whole_dataset(prompts: Sequence[Prompt]) -> None:

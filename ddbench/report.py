@@ -16,6 +16,9 @@ Columns (acceptance conventions are ddtree_core.metrics'):
   cell's of the same repeat for the same prompt and turn (the AR cell at the same concurrency, else any).
 - latency_*, ttft_*, itl_p50_s: client-side request latency percentiles (TTFT and inter-chunk gaps need
   --stream).
+- held_out: True when every prompt of the cell is in the held-out split no drafter of ours trains on
+  (ddbench.heldout), False when one is not (numbers of the testbed drafter on it may be inflated by
+  training prompts), empty for a cell not done or run before the column.
 
 A sweep with repeats (`ddbench sweep --repeats N`) has one row per cell and repeat in summary.csv, and
 one row per setting in summary_repeats.csv (`summarize_repeats`): the median over the repeats, the
@@ -57,6 +60,7 @@ class CellSummary:
     concurrency: int
     repeat: int | None  # 1-based; None in a row over every repeat of its setting (`over_repeats`)
     status: str  # done | failed | pending
+    held_out: bool | None  # every prompt of the cell was held out from drafter training (ddbench.heldout)
     num_requests: int
     completion_tokens: int
     wall_s: float | None
@@ -121,6 +125,7 @@ def _summarize_cell(
     return CellSummary(
         **cell.to_dict(),
         status="done",
+        held_out=result.held_out,
         num_requests=len(records),
         completion_tokens=tokens,
         wall_s=result.wall_s,
@@ -353,7 +358,7 @@ def _csv_value(value) -> str:
 # with the spreads beside them.
 REPEAT_CSV_COLUMNS = (
     "dataset", "method", "budget", "max_depth", "draft_temperature", "hold_chain", "temperature", "concurrency",
-    "repeats", "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "speedup_vs_ar", "speedup_min",
+    "held_out", "repeats", "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "speedup_vs_ar", "speedup_min",
     "speedup_max", "acceptance_length", "acceptance_length_per_response", "parity", "latency_p50_s", "status",
     "cell_id",
 )  # fmt: skip
@@ -382,11 +387,11 @@ def write_summary(folder: RunFolder, results: Sequence[CellResult]) -> list[Cell
 
 def read_summary(path) -> list[CellSummary]:
     """summary.csv back into CellSummary rows (raises DDBenchError on a malformed file); a file written
-    before the hold_chain or repeat column reads as no chain held, repeat 1."""
+    before the hold_chain, repeat or held_out column reads as no chain held, repeat 1, held_out unknown."""
     types = {f.name: f.type for f in fields(CellSummary)}
     try:
         with open(path, newline="") as stream:
-            rows = [{"hold_chain": "", "repeat": "1", **row} for row in csv.DictReader(stream)]
+            rows = [{"hold_chain": "", "repeat": "1", "held_out": "", **row} for row in csv.DictReader(stream)]
         return [CellSummary(**{k: _parse(types[k], v) for k, v in row.items()}) for row in rows]
     except (KeyError, TypeError, ValueError) as error:
         raise DDBenchError(f"{path}: malformed summary ({error})") from error

@@ -1,9 +1,11 @@
 """The results folder of a sweep: what is on disk, written atomically, and read back.
 
     OUT/
-      manifest.json            full config + environment stamp (+ every earlier run's stamp)
+      manifest.json            full config + environment stamp (+ every earlier run's stamp), datasets and
+                               whether each one's prompts were all held out (ddbench.heldout)
       cells/<cell_id>.jsonl    one RequestRecord per request of a finished cell
-      cells/<cell_id>.json     the cell's completion record (written last: its presence = done)
+      cells/<cell_id>.json     the cell's completion record (written last: its presence = done), with
+                               held_out: whether all its prompts were held out from drafter training
       cells/<cell_id>.failure.json   the error of a failed cell (removed when a rerun finishes it)
       logs/<server>.log        server logs (and .pid while the server runs)
       requests.jsonl           every finished cell's records, merged
@@ -96,6 +98,8 @@ class CellResult:
     error: str | None  # failed cells
     server: dict[str, Any] = dataclasses.field(default_factory=dict)  # done cells: label, log, block_size,
     # server_started, started, finished (epoch seconds: server launch, the cell's start and end)
+    held_out: bool | None = None  # done cells: every prompt was held out from drafter training (ddbench.heldout);
+    # None: not done, or stored before the flag
 
 
 def prompt_hash(token_ids: Sequence[int]) -> str:
@@ -179,10 +183,13 @@ class RunFolder:
     def is_done(self, cell: Cell) -> bool:
         return self.done_path(cell).exists()
 
-    def write_cell(self, cell: Cell, records: Sequence[RequestRecord], wall_s: float, server: dict) -> None:
+    def write_cell(
+        self, cell: Cell, records: Sequence[RequestRecord], wall_s: float, server: dict, held_out: bool | None = None
+    ) -> None:
         """Store a finished cell: records first, then the completion record that marks it done."""
         write_jsonl(self.records_path(cell), (record.to_dict() for record in records))
-        write_json(self.done_path(cell), {"cell": cell.to_dict(), "wall_s": wall_s, "server": server})
+        done = {"cell": cell.to_dict(), "wall_s": wall_s, "server": server, "held_out": held_out}
+        write_json(self.done_path(cell), done)
         self.failure_path(cell).unlink(missing_ok=True)
 
     def write_failure(self, cell: Cell, error: str, log: str | None) -> None:
@@ -200,7 +207,8 @@ class RunFolder:
         if self.is_done(cell):
             done = json.loads(self.done_path(cell).read_text())
             records = tuple(RequestRecord.from_dict(row) for row in read_jsonl(self.records_path(cell)))
-            return CellResult(cell, "done", records, float(done["wall_s"]), None, done.get("server") or {})
+            server, held_out = done.get("server") or {}, done.get("held_out")
+            return CellResult(cell, "done", records, float(done["wall_s"]), None, server, held_out)
         if self.failure_path(cell).exists():
             failure = json.loads(self.failure_path(cell).read_text())
             return CellResult(cell, "failed", (), None, failure["error"])

@@ -124,7 +124,7 @@ def run_sweep(config: SweepConfig, progress: SweepProgress | None = None) -> Swe
     cells = expand_cells(config)
     pending = [cell for cell in cells if not folder.is_done(cell)]
     inputs = Inputs(config) if pending else None
-    all_cells = write_manifest(folder, config, cells, previous)
+    all_cells = write_manifest(folder, config, cells, previous, inputs.held_out if inputs else {})
     failures: list[str] = []
     try:
         if pending:
@@ -156,9 +156,17 @@ def previous_manifest(folder: RunFolder, config: SweepConfig) -> dict[str, Any] 
 
 
 def write_manifest(
-    folder: RunFolder, config: SweepConfig, cells: Sequence[Cell], previous: dict[str, Any] | None
+    folder: RunFolder,
+    config: SweepConfig,
+    cells: Sequence[Cell],
+    previous: dict[str, Any] | None,
+    held_out: dict[str, bool],
 ) -> list[Cell]:
-    """Create or extend manifest.json; returns every cell the folder reports on (earlier runs' first)."""
+    """Create or extend manifest.json; returns every cell the folder reports on (earlier runs' first).
+
+    `held_out` (client.held_out_datasets of this run's prompts) updates the manifest's "held_out" map, dataset
+    label -> whether all its prompts were held out from drafter training, e.g. {"gsm8k": true}.
+    """
     stamp = env.environment_stamp()
     known = [Cell.from_dict(data) for data in previous["cells"]] if previous else []
     seen = set(known)
@@ -168,6 +176,7 @@ def write_manifest(
         "name": config.name,
         "config": config.to_dict(),
         "datasets": {**(previous or {}).get("datasets", {}), **{dataset_label(s): s for s in config.datasets}},
+        "held_out": {**(previous or {}).get("held_out", {}), **held_out},
         "environment": stamp,
         "cells": [cell.to_dict() for cell in all_cells],
         "runs": runs,
@@ -367,5 +376,5 @@ def _run_and_store(
         return f"{type(error).__name__}: {error} | {traceback.format_exc(limit=3)}"
     info = {"label": server.spec.label, "log": str(server.log_path), "block_size": block_size}
     info.update(server_started=server.started_at, started=started, finished=time.time())
-    folder.write_cell(cell, records, wall_s, info)
+    folder.write_cell(cell, records, wall_s, info, held_out=inputs.held_out[cell.dataset])
     return None

@@ -29,6 +29,7 @@ after a chat prompt, and text encodes to them only where it spells the special t
 
 from __future__ import annotations
 
+import filecmp
 import functools
 import hashlib
 import importlib.metadata
@@ -50,7 +51,9 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Column
 
+from ddbench import heldout
 from ddbench.datasets import hub_unreachable_reason
+from ddbench.heldout import EVAL_SIZES  # ddbench.inflate imports it from here
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
 # The testbed's DFlash drafter (block 16), trained by results/testbed/train_drafter.sh; ships with ddbench.
@@ -64,9 +67,6 @@ MASK_TOKEN_ID = 16
 CACHE_ENV = "DDBENCH_CACHE"
 MANIFEST_FILE = "ddbench_manifest.json"
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
-# The testbed's held-out split: benchmarks evaluate at most these many prompts per dataset (the first of
-# the seed-0 shuffle); the drafter trains on every other prompt (MT-Bench: each turn as its own prompt).
-EVAL_SIZES = {"gsm8k": 128, "humaneval": 64, "mt-bench": 40}
 CHECK_MESSAGES = ({"role": "user", "content": "What is the capital of France?"},)
 CHECK_NEW_TOKENS = 12
 _VERSIONED_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "gguf", "huggingface_hub")
@@ -364,17 +364,24 @@ def _step(progress: Progress, description: str) -> Iterator[None]:
     progress.update(task, completed=1, description=f"[green]✓[/green] {description}")
 
 
-def train_prompts(data_dir: str | Path | None = None) -> list[dict[str, Any]]:
-    """The drafter's training prompts: every prompt outside the testbed's evaluation split (EVAL_SIZES)."""
-    from ddbench.datasets import load_all_prompts, split_prompts
+def is_testbed_drafter(draft: str | Path) -> bool:
+    """Whether `draft` is the bundled drafter, trained around ddbench.heldout's split: DRAFTER_DIR or a folder
+    with the same weights (a copy); a hub id or any other folder is not."""
+    weights = Path(draft).expanduser() / "model.safetensors"
+    return weights.is_file() and filecmp.cmp(weights, DRAFTER_DIR / "model.safetensors", shallow=False)
 
+
+def train_prompts(data_dir: str | Path | None = None) -> list[dict[str, Any]]:
+    """The drafter's training prompts: every builtin prompt outside the held-out split (ddbench.heldout), one
+    row per turn (MT-Bench: each turn as its own prompt); HeldOutError if a held-out text got in anyway."""
     rows = []
-    for name, eval_size in EVAL_SIZES.items():
-        for prompt in split_prompts(load_all_prompts(name, data_dir=data_dir), "train", eval_size=eval_size):
+    for name in EVAL_SIZES:
+        for prompt in heldout.train_prompts(name, data_dir=data_dir):
             rows += [
                 {"dataset": name, "index": prompt.index, "turn": t, "prompt": text}
                 for t, text in enumerate(prompt.turns)
             ]
+    heldout.check_training_texts(row["prompt"] for row in rows)
     return rows
 
 
@@ -408,7 +415,10 @@ def main(argv: list[str] | None = None) -> None:
         except (HeadPaddingError, FileExistsError, FileNotFoundError) as error:
             parser.error(str(error))
         return
-    rows = train_prompts(args.data_dir)
+    try:
+        rows = train_prompts(args.data_dir)
+    except heldout.HeldOutError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     Path(args.out).write_text("".join(json.dumps(row) + "\n" for row in rows))
     print(f"{len(rows)} training prompts -> {args.out}")
 

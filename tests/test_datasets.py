@@ -1,4 +1,5 @@
-"""Benchmark prompts: baseline formats written out literally, DDTree's subset rule, held-out split, errors."""
+"""Benchmark prompts: baseline formats written out literally, DDTree's subset rule, errors (held-out split:
+test_heldout.py)."""
 
 import gzip
 import json
@@ -19,7 +20,6 @@ from ddbench.datasets import (
     read_jsonl_prompts,
     select_subset,
     shuffle_order,
-    split_prompts,
 )
 
 hf_datasets = pytest.importorskip("datasets")  # a dev dependency; the GPU image lacks it
@@ -184,40 +184,9 @@ def test_smaller_subsets_are_shuffled(data_dir):
     assert load_prompts("humaneval", 0, data_dir=data_dir) == []
 
 
-@pytest.mark.parametrize("name", DATASET_NAMES)
-@pytest.mark.parametrize("eval_size", [None, 0, 20, 79, 80, 200], ids=lambda m: f"eval{m}")
-def test_train_and_eval_are_disjoint_and_cover_the_dataset(name, eval_size, data_dir):
-    everything = load_all_prompts(name, data_dir=data_dir)
-    train = split_prompts(everything, "train", eval_size=eval_size)
-    held_out = split_prompts(everything, "eval", eval_size=eval_size)
-    size = DEFAULT_NUM_PROMPTS[name] if eval_size is None else eval_size
-    assert len(held_out) == min(size, len(everything))
-    assert {p.index for p in train}.isdisjoint(p.index for p in held_out)
-    assert sorted(p.index for p in train + held_out) == list(range(len(everything)))
-    assert held_out == select_subset(everything, size)
-    for num_prompts in range(0, size + 1, max(size // 7, 1)):  # benchmark runs of <= eval_size prompts
-        benchmark = select_subset(everything, num_prompts)
-        assert {p.index for p in benchmark} <= {p.index for p in held_out}
-    benchmark = load_prompts(name, size, data_dir=data_dir)
-    assert {p.index for p in benchmark} == {p.index for p in held_out}
-
-
-def test_default_split_sizes(data_dir):
-    gsm8k = load_all_prompts("gsm8k", data_dir=data_dir)
-    assert len(split_prompts(gsm8k, "train")) == 1319 - 128
-    humaneval = load_all_prompts("humaneval", data_dir=data_dir)
-    assert split_prompts(humaneval, "train") == []
-    assert split_prompts(humaneval, "eval") == humaneval
-
-
-def test_split_and_subset_need_a_whole_dataset(data_dir):
-    subset = load_prompts("gsm8k", 10, data_dir=data_dir)
+def test_subset_needs_a_whole_dataset(data_dir):
     with pytest.raises(ValueError, match="whole dataset in source order"):
-        split_prompts(subset, "eval")
-    with pytest.raises(ValueError, match="whole dataset in source order"):
-        select_subset(subset, 3)
-    with pytest.raises(ValueError, match='part must be "train" or "eval"'):
-        split_prompts(load_all_prompts("mt-bench", data_dir=data_dir), "test")
+        select_subset(load_prompts("gsm8k", 10, data_dir=data_dir), 3)
 
 
 # ---- errors --------------------------------------------------------------------------------------------

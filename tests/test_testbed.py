@@ -183,15 +183,3 @@ def test_local_gguf_with_a_wrong_checksum_is_named_and_skipped(tmp_path, no_sour
     message = str(caught.value)
     assert f"file {fake}: {fake} has sha256" in message
     assert f"hub {HUB_REPO_ID}: offline mode" in message  # then the other sources were tried
-
-
-def test_training_prompts_never_include_evaluation_prompts(data_dir):
-    from ddbench.datasets import load_prompts
-    from ddbench.testbed import EVAL_SIZES, train_prompts
-
-    rows = train_prompts(data_dir)
-    for name, size in EVAL_SIZES.items():
-        trained = {row["index"] for row in rows if row["dataset"] == name}
-        evaluated = {prompt.index for prompt in load_prompts(name, size, data_dir=data_dir)}
-        assert trained and not trained & evaluated
-        assert len(trained) + len(evaluated) == len(load_prompts(name, 10**6, data_dir=data_dir))

@@ -10,7 +10,8 @@
    cross-entropy of the target's next block_size - 1 tokens through the target's frozen lm_head,
    weighted exp(-(k - 1) / decay) at block position k: early positions decide acceptance.
 
-`python -m ddtree_core.reference.train --target DIR --prompts FILE.jsonl --out DIR` (see --help).
+`python -m ddtree_core.reference.train --target DIR --prompts FILE.jsonl --out DIR` (see --help). A prompt of
+the held-out evaluation split (ddbench.heldout) is refused before anything is written (exit status 2).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
+from ddbench.heldout import HeldOutError, check_training_texts
 from ddtree_core.reference.dflash import DFlashDraftModel
 
 
@@ -144,8 +146,11 @@ def block_inputs(ids: torch.Tensor, anchors: torch.Tensor, lengths: torch.Tensor
 
 
 def train(cfg: TrainConfig) -> Path:
+    """Train and save the drafter; HeldOutError, with nothing written, if a training prompt is held out."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    texts = load_prompt_texts(cfg.prompts)
+    check_training_texts(texts)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     log_file = (out / "train_log.jsonl").open("w")
@@ -183,7 +188,6 @@ def train(cfg: TrainConfig) -> Path:
     drafter.train()
     log({"event": "config", **asdict(cfg), "target_layer_ids": list(layer_ids)})
 
-    texts = load_prompt_texts(cfg.prompts)
     sequences = generate_answers(target, tokenizer, texts, cfg, log)
     for _ in range(cfg.sampled_passes):
         sequences += generate_answers(target, tokenizer, texts, cfg, log, cfg.sample_temperature)
@@ -288,7 +292,10 @@ def main(argv: list[str] | None = None) -> None:
     args = vars(parser.parse_args(argv))
     if args["target_layer_ids"]:
         args["target_layer_ids"] = tuple(int(x) for x in args["target_layer_ids"].split(","))
-    train(TrainConfig(**args))
+    try:
+        train(TrainConfig(**args))
+    except HeldOutError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
 
 
 if __name__ == "__main__":

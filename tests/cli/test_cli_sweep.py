@@ -46,6 +46,30 @@ def test_sweep_writes_every_cell(swept):
     assert all(len(r["output_ids"]) == r["completion_tokens"] <= 8 for r in records)
     manifest = json.loads((swept / "manifest.json").read_text())
     assert manifest["config"]["budgets"] == [2, 8] and "torch" in manifest["environment"]["packages"]
+    assert manifest["held_out"] == {"tiny": False} and all(row["held_out"] == "False" for row in rows)
+
+
+def test_cells_say_whether_their_prompts_were_held_out(tiny_pair, prompt_file, data_dir, tmp_path, monkeypatch):
+    """A dataset of held-out prompts is flagged True in summary.csv and the manifest, one of other prompts
+    False; with the testbed drafter (the tiny one stands in) the latter warns once on stderr."""
+    from ddbench import testbed
+    from ddbench.heldout import eval_prompts
+
+    monkeypatch.setattr(testbed, "DRAFTER_DIR", tiny_pair[1])
+    held = tmp_path / "held.jsonl"
+    shortest = sorted(eval_prompts("gsm8k", data_dir=data_dir), key=lambda prompt: len(prompt.turns[0]))[:2]
+    held.write_text("".join(json.dumps({"prompt": prompt.turns[0]}) + "\n" for prompt in shortest))
+    out = tmp_path / "run"
+    args = sweep_args(tiny_pair, f"{held},{prompt_file}", out, "--methods", "ar,dflash", "--max-new-tokens", "4")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning")]
+    assert warnings == ["warning: tiny: 3 of 3 prompts are not held out from the testbed drafter's training "
+                        "(ddbench.heldout)"]  # fmt: skip
+    assert [(row["dataset"], row["held_out"]) for row in summary_rows(out)] == [
+        ("held", "True"), ("held", "True"), ("tiny", "False"), ("tiny", "False")
+    ]  # fmt: skip
+    assert json.loads((out / "manifest.json").read_text())["held_out"] == {"held": True, "tiny": False}
 
 
 def test_greedy_speculative_outputs_equal_ar(swept):

@@ -239,7 +239,8 @@ def test_summary_of_constructed_records():
 
 def test_summary_csv_round_trip(tmp_path):
     held = dataclasses.replace(TREE, hold_chain=True)
-    held_result = CellResult(held, "done", tuple(record(held, i, (i,) * 5, [0, 5]) for i in range(2)), 0.5, None, {})
+    records = tuple(record(held, i, (i,) * 5, [0, 5]) for i in range(2))
+    held_result = CellResult(held, "done", records, 0.5, None, {}, held_out=True)
     rows = report.summarize(
         two_cells() + [held_result, CellResult(dataclasses.replace(TREE, budget=4), "failed", (), None, "boom")]
     )
@@ -247,12 +248,13 @@ def test_summary_csv_round_trip(tmp_path):
     path.write_text(report.summary_csv(rows))
     assert report.read_summary(path) == rows
     assert [row.hold_chain for row in rows] == [None, False, True, False]
+    assert [row.held_out for row in rows] == [None, None, True, None]
     assert rows[-1].status == "failed" and rows[-1].error == "boom"
 
 
-@pytest.mark.parametrize("name", ["hold_chain", "repeat"])
+@pytest.mark.parametrize("name", ["hold_chain", "repeat", "held_out"])
 def test_summary_csv_without_a_later_column_reads_as_before_it(tmp_path, name):
-    """Without hold_chain: no chain held; without repeat: repeat 1."""
+    """Without hold_chain: no chain held; without repeat: repeat 1; without held_out: unknown."""
     import csv
 
     rows = report.summarize(two_cells())
