@@ -797,7 +797,7 @@ def check_prompts(folder: Path, num_prompts: int, data_dir: str | None) -> list[
 
     from ddbench import datasets
     from ddbench.client import chat_input_ids
-    from ddbench.testbed import EVAL_SIZES
+    from ddbench.heldout import EVAL_SIZES
 
     if num_prompts > EVAL_SIZES["gsm8k"]:
         raise InflationError(f"--check takes at most {EVAL_SIZES['gsm8k']} prompts (the evaluation split)")

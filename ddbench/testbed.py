@@ -365,10 +365,17 @@ def _step(progress: Progress, description: str) -> Iterator[None]:
 
 
 def is_testbed_drafter(draft: str | Path) -> bool:
-    """Whether `draft` is the bundled drafter, trained around ddbench.heldout's split: DRAFTER_DIR or a folder
-    with the same weights (a copy); a hub id or any other folder is not."""
-    weights = Path(draft).expanduser() / "model.safetensors"
-    return weights.is_file() and filecmp.cmp(weights, DRAFTER_DIR / "model.safetensors", shallow=False)
+    """Whether `draft` is the bundled drafter, trained around ddbench.heldout's split: DRAFTER_DIR, a folder
+    with the same weights (a copy), or an inflation of one of those (`ddbench testbed inflate --draft`, whose
+    ddbench_inflation.json names its source); a hub id or any other folder is not."""
+    from ddbench.inflate import read_inflation
+
+    folder = Path(draft).expanduser()
+    weights = folder / "model.safetensors"
+    if weights.is_file() and filecmp.cmp(weights, DRAFTER_DIR / "model.safetensors", shallow=False):
+        return True
+    record = read_inflation(folder) if folder.is_dir() else None
+    return record is not None and record.role == "drafter" and is_testbed_drafter(record.source)
 
 
 def train_prompts(data_dir: str | Path | None = None) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ddbench import inflate
+from ddbench import inflate, testbed
 from ddbench.cli import app
 from ddbench.inflate import (
     INFLATION_FILE,
@@ -177,6 +177,7 @@ def test_inflated_pair_drafts_and_decodes_as_the_source(tmp_path):
     assert Shape.of(config) == BIG.replace(num_layers=5) and config["num_target_layers"] == BIG.num_layers
     assert config["dflash_config"] == json.loads((tmp_path / "dsrc" / "config.json").read_text())["dflash_config"]
     assert record.parameters == sum(p.numel() for p in DFlashDraftModel.from_pretrained(ddst).parameters())
+    assert not testbed.is_testbed_drafter(ddst)  # inflated from a drafter that is not the bundled one
     pairs = [
         (_load(tmp_path / "src"), DFlashDraftModel.from_pretrained(tmp_path / "dsrc", dtype=torch.float32)),
         (_load(tmp_path / "dst"), DFlashDraftModel.from_pretrained(ddst, dtype=torch.float32)),
@@ -293,14 +294,13 @@ def testbed_target():
 def test_testbed_pair_inflated(tmp_path, testbed_target, data_dir):
     """The testbed pair at hidden 1024, head dim 128, 36 layers (float32): same logits to 1e-4 relative, same
     greedy text on GSM8K evaluation prompts, same DFLASH and DDTree acceptance in the reference engine."""
-    from ddbench import testbed
-
     shape = Shape(1024, 2048, 36, 16, 4, 128)
     dst, _ = inflate_target(testbed_target, tmp_path / "target", shape, dtype=torch.float32)
     ddst, _ = inflate_drafter(
         testbed.DRAFTER_DIR, tmp_path / "drafter", target=shape, num_layers=3, dtype=torch.float32
     )
     prompts = inflate.check_prompts(testbed_target, 3, str(data_dir))
+    assert testbed.is_testbed_drafter(ddst)  # sweeps of the inflated pair keep to the held-out prompts
     check = compare_targets(testbed_target, dst, prompts, greedy_tokens=16)
     assert check.max_rel_logit_diff < 1e-4 and check.top1_agreement == 1.0 and check.greedy_equal == 3
     pairs = [
