@@ -17,6 +17,10 @@ Hooks (HookRegistry; each acts only when the server runs DDTREE):
 - TokenizerManager._calculate_spec_decoding_metrics (AFTER): turns those rows into the
   metrics.SUMMARY_KEYS entries of the finished request's meta_info.
 - Scheduler.get_init_info (AFTER): the DDTree settings appear in /server_info.
+- Req.update_finish_state (AROUND), only where SGLang's method lets the max_new_tokens cap beat the
+  stop checks (0.5.15; finish.length_first probes the method's behaviour at registration): a stop token
+  or stop string accepted within the budget ends the request there, not at the cap (finish.py). A
+  DFLASH or AR server stays stock SGLang, as for every hook here, even where the plugin is loaded.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ ROUND_PROCESSED = (
 )
 SPEC_METRICS = "sglang.srt.managers.tokenizer_manager.TokenizerManager._calculate_spec_decoding_metrics"
 INIT_INFO = "sglang.srt.managers.scheduler.Scheduler.get_init_info"
+FINISH_STATE = "sglang.srt.managers.schedule_batch.Req.update_finish_state"
 
 ROUNDS_KEY = "ddtree_round_stats"  # customized_info key of a finished request's stats rows
 _ROUNDS_ATTR = "_ddtree_round_rows"  # per-request list of stats rows on the scheduler's Req
@@ -46,9 +51,11 @@ def register() -> None:
     global _registered
     if _registered:
         return
+    from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+    from ddtree_core.sglang.finish import length_first
     from ddtree_core.sglang.spec_algo import NAME, DDTreeSpecAlgo, validate_server_args
 
     hooks = [
@@ -59,6 +66,8 @@ def register() -> None:
         (SPEC_METRICS, _add_summary, HookType.AFTER),
         (INIT_INFO, _add_init_info, HookType.AFTER),
     ]
+    if length_first(Req):
+        hooks.append((FINISH_STATE, _update_finish_state, HookType.AROUND))
     # apply_hooks skips targets it has patched before, so a hook on an already patched target would
     # silently never run.
     taken = [target for target, _, _ in hooks if target in HookRegistry._patched]
@@ -179,3 +188,13 @@ def _add_init_info(ret, scheduler):
     if isinstance(ret, dict) and is_ddtree(scheduler.server_args):
         ret.update(settings_of(scheduler.server_args).info())
     return None
+
+
+def _update_finish_state(original, req, new_accepted_len=1):
+    """SGLang's method, after finish.stop_within_budget when a DDTREE request's run reaches the cap."""
+    # Called for every request after every round: the cheap test first.
+    if len(req.output_ids) >= req.sampling_params.max_new_tokens and _ddtree_server() is not None:
+        from ddtree_core.sglang.finish import stop_within_budget
+
+        stop_within_budget(req, new_accepted_len)
+    return original(req, new_accepted_len)
