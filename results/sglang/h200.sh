@@ -103,7 +103,8 @@ serve)
   # results data, which device_lean.sh may leave out) differs from it from here (or from the caller's
   # DDBENCH_GIT_SHA / DDBENCH_GIT_DIRTY where this checkout has no .git).
   export DDBENCH_GIT_SHA=${DDBENCH_GIT_SHA:-$(git rev-parse HEAD 2>/dev/null)}
-  [ -n "${DDBENCH_GIT_DIRTY:-}" ] || { git diff --quiet HEAD -- ddtree_core ddbench configs pyproject.toml results/sglang/h200.sh 2>/dev/null && export DDBENCH_GIT_DIRTY=0 \
+  code=(ddtree_core ddbench configs pyproject.toml results/sglang/h200.sh)
+  [ -n "${DDBENCH_GIT_DIRTY:-}" ] || { git diff --quiet HEAD -- "${code[@]}" 2>/dev/null && export DDBENCH_GIT_DIRTY=0 \
     || { [ -n "$DDBENCH_GIT_SHA" ] && export DDBENCH_GIT_DIRTY=1; }; }
   echo "commit ${DDBENCH_GIT_SHA:-unknown} dirty ${DDBENCH_GIT_DIRTY:-unknown}"
   n=$(ls "$W"/g[0-9]* | wc -l)
