@@ -217,7 +217,8 @@ def _machine_defaults(values: dict) -> dict:
 
 
 class RichProgress:
-    """Rich progress bars for a sweep: one for the cells, one per cell running; also a plain counter."""
+    """Rich progress bars for a sweep: one for the cells, one per cell running; also a plain counter. The bars
+    start with the first of them, so that an error before any (one line, exit 2) is all that is printed."""
 
     def __init__(self, console: Console):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -228,17 +229,19 @@ class RichProgress:
         self.running: dict = {}
 
     def __enter__(self) -> RichProgress:
-        self.bars.start()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self.bars.stop()
+        if self.bars.live.is_started:  # Progress.stop prints a line off a terminal, started or not
+            self.bars.stop()
 
     def counter(self, description: str, total: int):
+        self.bars.start()
         task = self.bars.add_task(description, total=total)
         return lambda: self.bars.advance(task)
 
     def cells_planned(self, num_cells: int) -> None:
+        self.bars.start()
         self.cells = self.bars.add_task("cells", total=num_cells)
 
     def cell_started(self, cell, num_requests: int) -> None:
