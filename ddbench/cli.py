@@ -14,13 +14,16 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from ddbench import env
-from ddbench.config import BUILTIN_DATASETS, DDBenchError, as_list, build_config, read_config_file
+from ddbench.config import BUILTIN_DATASETS, DDBenchError, as_list, build_config, parse_urls, read_config_file
+
+if TYPE_CHECKING:
+    from ddbench.fleet import Fleet
 
 app = typer.Typer(help=__doc__.split("\n")[0], no_args_is_help=True, add_completion=False)
 testbed_app = typer.Typer(help="The small real target model for CPU runs.", no_args_is_help=True)
@@ -50,8 +53,12 @@ def sweep(
     engine: Annotated[
         Csv, typer.Option(help="sglang | reference (default: sglang with a GPU and SGLang, else reference).")
     ] = None,
-    model: Annotated[Csv, typer.Option(help="Target model folder or hub id (default: the testbed target).")] = None,
-    draft: Annotated[Csv, typer.Option(help="DFlash drafter folder or hub id (default: the testbed drafter).")] = None,
+    model: Annotated[
+        Csv, typer.Option(help="Target model folder or hub id (default: the testbed target; --url: the servers').")
+    ] = None,
+    draft: Annotated[
+        Csv, typer.Option(help="DFlash drafter folder or hub id (default: the testbed drafter; --url: the servers').")
+    ] = None,
     methods: Annotated[
         Csv, typer.Option(help="Methods, comma list of ar, dflash, ddtree; ar and dflash always run (default: all).")
     ] = None,
@@ -128,16 +135,35 @@ def sweep(
             "medians (default: 1)."
         ),
     ] = None,
+    url: Annotated[
+        Csv,
+        typer.Option(
+            help="Measure servers that are already running instead of starting any: a comma list of SGLang-"
+            "compatible base URLs, each optionally labelled with its method (ar=URL, dflash=URL, ddtree=URL; "
+            "unlabelled: the method the server reports). ddbench asks each what it serves (/model_info, "
+            "/server_info), sends every cell to the servers of its method (several share its requests round "
+            "robin; a router is one URL; a DDTREE server serves budgets up to its own per request), and never "
+            "starts, stops or reconfigures them. Engine, model and drafter default to what they report; a URL "
+            "that does not answer, is mislabelled, or leaves a cell without a server exits 2 before any cell runs."
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="DDBENCH_API_KEY",
+            help="Sent as Authorization: Bearer to every request (SGLang's --api-key); never written to disk.",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
-            help="List the servers and unfinished cells a run would start (pass by pass with --repeats), then exit; "
-            "writes nothing."
+            help="List the servers and unfinished cells a run would start (pass by pass with --repeats), or with "
+            "--url what each URL will serve, then exit; writes nothing."
         ),
     ] = False,
 ) -> None:
     """Measure AR, DFLASH and DDTree cells (budget x depth x draft temperature x held chain) per dataset,
-    temperature, load; with --repeats, the whole grid several times, interleaved."""
+    temperature, load; with --repeats, the whole grid several times, interleaved; with --url, on running servers."""
     from ddbench.runner import plan_sweep, run_sweep
 
     flags = dict(
@@ -147,21 +173,22 @@ def sweep(
         datasets=datasets, data_dir=data_dir, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
         gpus=gpus, tp=tp, workers=workers, out=out, stream=stream, restart_per_budget=restart_per_budget,
         server_args=server_arg or None, top_p=top_p, top_k=top_k, startup_timeout_s=startup_timeout,
-        repeats=repeats,
+        repeats=repeats, url=url, api_key=api_key,
     )  # fmt: skip
     try:
         values = read_config_file(config) if config else {}
         values.update({key: value for key, value in flags.items() if value is not None})
-        sweep_config = build_config(_machine_defaults(values), {})
+        fleet = _running_servers(values)
+        sweep_config = build_config(_machine_defaults(values, fleet), {})
         if dry_run:
-            _print_plan(plan_sweep(sweep_config), sweep_config)
+            _print_plan(plan_sweep(sweep_config, fleet), sweep_config)
             return
         with _progress() as progress:
-            outcome = run_sweep(sweep_config, progress)
+            outcome = run_sweep(sweep_config, progress, fleet)
     except DDBenchError as error:
         raise fail(str(error)) from None
     except KeyboardInterrupt:
-        _console(stderr=True).print("interrupted: servers stopped; rerun the same command to resume")
+        _console(stderr=True).print("interrupted: the servers ddbench started are stopped; rerun to resume")
         raise typer.Exit(code=130) from None
     _print_report(Path(sweep_config.out))
     _console(stderr=True).print(
@@ -171,10 +198,31 @@ def sweep(
         raise fail(f"{len(outcome.failed)} cell(s) failed, rerun to retry; first: {outcome.failed[0]}")
 
 
+def _running_servers(values: dict) -> Fleet | None:
+    """The running servers of `url`, probed now; None without url."""
+    if not values.get("url"):
+        return None
+    from ddbench.fleet import Fleet
+
+    try:
+        urls = parse_urls(values["url"])
+    except ValueError as error:
+        raise DDBenchError(str(error)) from None
+    return Fleet.connect(urls, values.get("api_key"))
+
+
 def _print_plan(plan, config) -> None:
-    """One line per server to start (in start order; with repeats under a heading per pass), then the totals."""
+    """With running servers, one line per URL: what it is and how many cells it will serve. Then one line per
+    server to start or pool of running servers (in start order; with repeats under a heading per pass), then
+    the totals."""
     say = _console().print
     say(f"dry run: {config.out} (nothing written)", markup=False, highlight=False)
+    if plan.fleet is not None:
+        say(f"running servers (ddbench starts none), target {config.model}, drafter {config.draft}:", markup=False,
+            highlight=False, soft_wrap=True)  # fmt: skip
+        for server in plan.fleet.servers:
+            count = sum(len(job.cells) for job in plan.jobs if server.url in job.spec.urls)
+            say(f"  {server.url}: {server.label}; {count} cell(s)", markup=False, highlight=False, soft_wrap=True)
     heading = None
     for number, job in enumerate(plan.jobs, 1):
         if config.repeats > 1 and job.repeat != heading:
@@ -184,8 +232,9 @@ def _print_plan(plan, config) -> None:
         say(f"{number:>3}. {job.spec.label}: {len(job.cells)} cell(s), {cells}", markup=False, highlight=False,
             soft_wrap=True)  # fmt: skip
     pending = sum(len(job.cells) for job in plan.jobs)
-    say(f"{pending} cells to run on {len(plan.jobs)} server start(s), {plan.slots} side by side; "
-        f"{plan.skipped} already done", markup=False, highlight=False)  # fmt: skip
+    where = "pool(s) of running servers, one at a time" if plan.fleet else f"server start(s), {plan.slots} side by side"
+    say(f"{pending} cells to run on {len(plan.jobs)} {where}; {plan.skipped} already done", markup=False,
+        highlight=False)  # fmt: skip
 
 
 # What a sweep on the reference engine measures unless told otherwise (the SGLang defaults are the
@@ -193,14 +242,19 @@ def _print_plan(plan, config) -> None:
 CPU_DEFAULTS = {"datasets": "gsm8k", "num_prompts": 6, "max_new_tokens": 64, "budgets": "16,32,64", "workers": 2}
 
 
-def _machine_defaults(values: dict) -> dict:
-    """Fill what depends on the machine: the engine, its GPUs, the testbed target, the output folder."""
+def _machine_defaults(values: dict, fleet: Fleet | None = None) -> dict:
+    """Fill what depends on the machine: the engine, its GPUs, the testbed target, the output folder; with running
+    servers (`fleet`) the engine, target and drafter they report, unless given."""
     values = dict(values)
+    if fleet is not None:
+        for key, reported in (("engine", fleet.engine), ("model", fleet.model), ("draft", fleet.draft)):
+            values[key] = values.get(key) or reported
     values.setdefault("engine", env.default_engine())
     if values["engine"] == "reference":  # sized for a CPU: a few minutes on the testbed pair
         for key, value in CPU_DEFAULTS.items():
-            values.setdefault(key, value)
-    if values["engine"] == "sglang" and not values.get("gpus"):
+            if fleet is None or key != "workers":  # ddbench starts no workers for running servers
+                values.setdefault(key, value)
+    if values["engine"] == "sglang" and not values.get("gpus") and fleet is None:
         values["gpus"] = ",".join(str(gpu) for gpu in range(env.gpu_count()))
     if not values.get("model"):  # the testbed pair
         from ddbench import testbed
@@ -225,7 +279,8 @@ def _machine_defaults(values: dict) -> dict:
 
 
 class RichProgress:
-    """Rich progress bars for a sweep: one for the cells, one per cell running; also a plain counter."""
+    """Rich progress bars for a sweep: one for the cells, one per cell running; also a plain counter. The bars
+    start with the first of them, so that an error before any (one line, exit 2) is all that is printed."""
 
     def __init__(self, console: Console):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -236,17 +291,19 @@ class RichProgress:
         self.running: dict = {}
 
     def __enter__(self) -> RichProgress:
-        self.bars.start()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self.bars.stop()
+        if self.bars.live.is_started:  # Progress.stop prints a line off a terminal, started or not
+            self.bars.stop()
 
     def counter(self, description: str, total: int):
+        self.bars.start()
         task = self.bars.add_task(description, total=total)
         return lambda: self.bars.advance(task)
 
     def cells_planned(self, num_cells: int) -> None:
+        self.bars.start()
         self.cells = self.bars.add_task("cells", total=num_cells)
 
     def cell_started(self, cell, num_requests: int) -> None:

@@ -9,12 +9,15 @@ chunks. SGLang's chunks carry cumulative `output_ids` unless started with --stre
 makes them incremental; `Completion` keeps whichever reading matches `meta_info.completion_tokens`.
 
 `run_cell` sends a cell's prompts, `concurrency` conversations at a time; a multi-turn prompt sends
-its turns one after the other, turn t carrying the cell's own answers to turns < t. Prompts are the
-DDTree harness's: the chat template as text (no system prompt, thinking off), then `encode`.
+its turns one after the other, turn t carrying the cell's own answers to turns < t. Several server URLs
+share a cell's requests round robin, request by request (a record names the URL that answered it).
+With an API key every request carries `Authorization: Bearer KEY`. Prompts are the DDTree harness's:
+the chat template as text (no system prompt, thinking off), then `encode`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import threading
@@ -47,8 +50,14 @@ class Completion:
         return int(self.meta_info.get("completion_tokens", len(self.output_ids)))
 
 
-def sampling_params(cell: Cell, config: SweepConfig) -> dict[str, Any]:
-    """SGLang sampling_params for one cell; DDTree settings ride in custom_params."""
+def sampling_params(cell: Cell, config: SweepConfig, explicit_block: int | None = None) -> dict[str, Any]:
+    """SGLang sampling_params for one cell; DDTree settings ride in custom_params.
+
+    Servers ddbench starts have the defaults it gave them, so a depth of `auto` and unheld trees go unsaid.
+    Running servers (`explicit_block`: their drafter's block) have their own: every knob is then sent,
+    e.g. {"ddtree_budget": 8, "ddtree_draft_temperature": 1.0, "ddtree_max_depth": 15, "ddtree_hold_chain":
+    false} for an auto-depth cell and a block of 16.
+    """
     params: dict[str, Any] = {
         "temperature": cell.temperature,
         "top_p": config.top_p,
@@ -57,12 +66,29 @@ def sampling_params(cell: Cell, config: SweepConfig) -> dict[str, Any]:
     }
     if cell.method == "ddtree":
         custom = {"ddtree_budget": cell.budget, "ddtree_draft_temperature": cell.draft_temperature}
-        if cell.max_depth is not None:
-            custom["ddtree_max_depth"] = cell.max_depth
-        if cell.hold_chain:
-            custom["ddtree_hold_chain"] = True
+        depth = cell.max_depth if cell.max_depth is not None or explicit_block is None else explicit_block - 1
+        if depth is not None:
+            custom["ddtree_max_depth"] = depth
+        if cell.hold_chain or explicit_block is not None:
+            custom["ddtree_hold_chain"] = cell.hold_chain
         params["custom_params"] = custom
     return params
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The headers that carry an API key (SGLang's --api-key), none without one."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+class RoundRobin:
+    """URLs handed out in turn, thread-safe: request i goes to urls[i % len(urls)]."""
+
+    def __init__(self, urls: Sequence[str]):
+        self._urls, self._lock = itertools.cycle(urls), threading.Lock()
+
+    def __call__(self) -> str:
+        with self._lock:
+            return next(self._urls)
 
 
 def generate(
@@ -201,7 +227,8 @@ class Inputs:
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         except (OSError, ValueError) as error:
-            raise DDBenchError(f"cannot load the tokenizer of {config.model}: {error}") from error
+            hint = " (the running servers' target: pass --model with a copy of it here)" if config.url else ""
+            raise DDBenchError(f"cannot load the tokenizer of {config.model}{hint}: {error}") from error
         self._lock = threading.Lock()
 
     def num_requests(self, dataset: str) -> int:
@@ -217,20 +244,28 @@ class Inputs:
 
 
 def run_cell(
-    config: SweepConfig, cell: Cell, url: str, inputs: Inputs, on_request: Callable[[Cell], None]
+    config: SweepConfig,
+    cell: Cell,
+    urls: Sequence[str],
+    inputs: Inputs,
+    on_request: Callable[[Cell], None],
+    explicit_block: int | None = None,
 ) -> tuple[list[RequestRecord], float]:
-    """All prompts of the cell's dataset, `concurrency` conversations at a time, after an unmeasured warm-up
-    burst (warm_up_cell); (records, wall seconds)."""
-    params = sampling_params(cell, config)
-    warm_up_cell(config, cell, url, inputs)
+    """All prompts of the cell's dataset, `concurrency` conversations at a time, each request to the next of
+    `urls` in turn, after an unmeasured warm-up burst (warm_up_cell); (records, wall seconds). `explicit_block`:
+    see sampling_params."""
+    params = sampling_params(cell, config, explicit_block)
+    warm_up_cell(config, cell, urls, inputs, explicit_block)
     limits = httpx.Limits(max_connections=cell.concurrency + 1)
-    with httpx.Client(timeout=config.request_timeout_s, limits=limits) as http:
+    next_url = RoundRobin(urls)
+    with httpx.Client(timeout=config.request_timeout_s, limits=limits, headers=auth_headers(config.api_key)) as http:
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=cell.concurrency) as pool:
             futures = [
-                pool.submit(_conversation, http, url, cell, prompt, params, inputs, start, config.stream, on_request)
+                pool.submit(_conversation, http, next_url, cell, prompt, params, inputs, start, config.stream,
+                            on_request)
                 for prompt in inputs.prompts[cell.dataset]
-            ]
+            ]  # fmt: skip
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             for future in futures:
                 future.cancel()
@@ -242,31 +277,36 @@ def run_cell(
 WARMUP_TOKENS = 4  # the i-th warm-up request asks for WARMUP_TOKENS * (i + 1) tokens
 
 
-def warm_up_cell(config: SweepConfig, cell: Cell, url: str, inputs: Inputs) -> None:
-    """`concurrency` unmeasured requests with the cell's sampling params before its measured ones.
+def warm_up_cell(
+    config: SweepConfig, cell: Cell, urls: Sequence[str], inputs: Inputs, explicit_block: int | None = None
+) -> None:
+    """`concurrency` unmeasured requests with the cell's sampling params before its measured ones, at least one
+    per URL, handed out round robin as the measured ones are.
 
-    Their lengths are staggered, so the running batch shrinks through every size from `concurrency`
-    to 1 and code specialised per batch size (Triton kernels compiled on first use, say) is built
-    here rather than inside the measurement. Greedy or not, the answers are discarded.
+    Their lengths are staggered, so each server's running batch shrinks through every size from its share of
+    `concurrency` to 1 and code specialised per batch size (Triton kernels compiled on first use, say) is
+    built here rather than inside the measurement. Greedy or not, the answers are discarded.
     """
     prompt = inputs.prompts[cell.dataset][0]
     from ddbench.datasets import chat_messages
 
     input_ids = inputs.encode(chat_messages(prompt))
-    params = sampling_params(cell, config)
-    with httpx.Client(timeout=config.request_timeout_s) as http:
-        with ThreadPoolExecutor(max_workers=cell.concurrency) as pool:
+    params = sampling_params(cell, config, explicit_block)
+    count = max(cell.concurrency, len(urls))
+    with httpx.Client(timeout=config.request_timeout_s, headers=auth_headers(config.api_key)) as http:
+        with ThreadPoolExecutor(max_workers=count) as pool:
             futures = [
-                pool.submit(generate, http, url, input_ids, {**params, "max_new_tokens": WARMUP_TOKENS * (i + 1)},
-                            stream=False)
-                for i in range(cell.concurrency)
+                pool.submit(generate, http, urls[i % len(urls)], input_ids,
+                            {**params, "max_new_tokens": WARMUP_TOKENS * (i + 1)}, stream=False)
+                for i in range(count)
             ]  # fmt: skip
             for future in futures:
                 future.result()
 
 
-def _conversation(http, url, cell, prompt, params, inputs, cell_start, stream, on_request) -> list[RequestRecord]:
-    """Every turn of one prompt; turn t's history holds this cell's own answers to turns < t."""
+def _conversation(http, next_url, cell, prompt, params, inputs, cell_start, stream, on_request) -> list[RequestRecord]:
+    """Every turn of one prompt, each to the URL `next_url` gives; turn t's history holds this cell's own answers
+    to turns < t."""
     from ddbench.datasets import chat_messages
 
     answers: list[str] = []
@@ -274,14 +314,17 @@ def _conversation(http, url, cell, prompt, params, inputs, cell_start, stream, o
     for turn in range(len(prompt.turns)):
         input_ids = inputs.encode(chat_messages(prompt, answers))
         start_s = time.perf_counter() - cell_start
+        url = next_url()
         completion = generate(http, url, input_ids, params, stream=stream)
         answers.append(inputs.decode(completion.output_ids))
-        records.append(_record(cell, prompt.index, turn, input_ids, completion, start_s))
+        records.append(_record(cell, prompt.index, turn, input_ids, completion, start_s, url))
         on_request(cell)
     return records
 
 
-def _record(cell: Cell, index: int, turn: int, input_ids, completion: Completion, start_s: float) -> RequestRecord:
+def _record(
+    cell: Cell, index: int, turn: int, input_ids, completion: Completion, start_s: float, url: str
+) -> RequestRecord:
     meta: dict[str, Any] = completion.meta_info
     return RequestRecord(
         cell_id=cell.cell_id,
@@ -299,4 +342,5 @@ def _record(cell: Cell, index: int, turn: int, input_ids, completion: Completion
         itl_s=completion.itl_s,
         start_s=start_s,
         meta_info=meta,
+        server_url=url,
     )

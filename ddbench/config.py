@@ -5,7 +5,8 @@ command line replace its keys, and the result is validated once here. `expand_ce
 into the grid of cells a sweep measures. Every grid holds, per dataset x temperature x concurrency, one
 target-only cell (`ar`) and one linear DFlash cell (`dflash`) next to the DDTree cells, so speedup and
 parity come from the same run. With `repeats = N` the whole grid is measured N times (repeat 1..N), each
-repeat's cells under their own ids, so that methods are compared in one sitting, interleaved.
+repeat's cells under their own ids, so that methods are compared in one sitting, interleaved. With `url`
+the cells run against servers that are already running (ddbench.fleet) instead of servers ddbench starts.
 
 Example `configs/smoke.toml`:
 
@@ -16,6 +17,12 @@ Example `configs/smoke.toml`:
     num_prompts = 2
     max_new_tokens = 16
     repeats = 3
+
+and against running servers (`--url`; engine, model and drafter default to what the servers report):
+
+    [sweep]
+    url = ["ar=http://node1:30000", "dflash=http://node2:30000", "http://node3:30000", "http://node4:30000"]
+    budgets = [16, 32, 63]
 """
 
 from __future__ import annotations
@@ -40,6 +47,19 @@ RUN_DEFINING = ("engine", "model", "draft", "num_prompts", "max_new_tokens", "to
 
 class DDBenchError(Exception):
     """An error the CLI reports as one line on stderr before exiting with status 2."""
+
+
+@dataclass(frozen=True)
+class ServerURL:
+    """A running server a sweep measures: its base URL and the method it was labelled with, if any."""
+
+    url: str  # http(s)://host:port, no trailing slash
+    method: str | None = None  # ar | dflash | ddtree; None: the method the server reports
+
+    @property
+    def spec(self) -> str:
+        """The form `--url` takes: ddtree=http://c:30000, or the bare URL."""
+        return self.url if self.method is None else f"{self.method}={self.url}"
 
 
 @dataclass(frozen=True)
@@ -74,12 +94,18 @@ class SweepConfig:
     request_timeout_s: float = 3600.0
     name: str = "sweep"
     repeats: int = 1  # times the whole grid is measured, pass after pass (ddbench.runner)
+    url: tuple[ServerURL, ...] = ()  # running servers the cells go to (ddbench.fleet); empty: ddbench starts its own
+    api_key: str | None = dataclasses.field(default=None, repr=False)  # sent as Authorization: Bearer; never stored
 
     def __post_init__(self) -> None:
         _validate(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The config as the manifest records it: URLs in their --url form, the API key left out."""
+        data = dataclasses.asdict(self)
+        data["url"] = [server.spec for server in self.url]
+        del data["api_key"]
+        return data
 
 
 @dataclass(frozen=True)
@@ -228,6 +254,8 @@ def read_config_file(name_or_path: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as error:
         raise DDBenchError(f"{path}: {error}") from error
     table = dict(data.get("sweep", {}))
+    if "api_key" in table:
+        raise DDBenchError(f"{path}: api_key does not belong in a config file; pass --api-key or set DDBENCH_API_KEY")
     table.setdefault("name", path.stem)
     return table
 
@@ -256,6 +284,8 @@ def _coerce(key: str, value: Any) -> Any:
     """Turn TOML lists and flag strings ("16,32", "0-7") into the field's type."""
     if key == "gpus":
         return parse_gpus(value)
+    if key == "url":
+        return parse_urls(value)
     if key == "depths":
         return tuple(None if item in (None, "auto", "none", "") else int(item) for item in as_list(value))
     if key in ("budgets", "concurrency"):
@@ -294,6 +324,26 @@ def _flag(item: Any) -> bool:
     if text not in ("0", "1", "false", "true"):
         raise ValueError(f"takes 0 or 1 (false or true), got {item!r}")
     return text in ("1", "true")
+
+
+def parse_urls(value: Any) -> tuple[ServerURL, ...]:
+    """Running servers from a comma list or a TOML list of URLs, each optionally labelled METHOD=; ValueError if
+    one is malformed or given twice.
+
+    Example: "ar=http://a:30000,http://b:30000/" -> (ServerURL("http://a:30000", "ar"), ServerURL("http://b:30000")).
+    """
+    servers = []
+    for item in as_list(value):
+        label, _, rest = str(item).partition("=")
+        method, url = (label, rest) if label in METHODS else (None, str(item))
+        url = url.strip().rstrip("/")
+        if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", url):
+            raise ValueError(f"url takes [METHOD=]http(s)://HOST:PORT, METHOD one of ar, dflash, ddtree; got {item!r}")
+        servers.append(ServerURL(url, method))
+    urls = [server.url for server in servers]
+    if len(set(urls)) != len(urls):
+        raise ValueError(f"url lists a server twice: {', '.join(urls)}")
+    return tuple(servers)
 
 
 def parse_gpus(value: Any) -> tuple[int, ...]:
@@ -342,9 +392,25 @@ def _validate(config: SweepConfig) -> None:
             raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
     if config.gpus and len(config.gpus) % config.tp:
         raise ValueError(f"--tp {config.tp} must divide the {len(config.gpus)} GPUs given")
-    if config.engine == "sglang" and not config.gpus:
+    if config.url:
+        _validate_running(config)
+    elif config.engine == "sglang" and not config.gpus:
         raise ValueError("the sglang engine needs GPUs (--gpus)")
     if config.engine == "reference" and config.stream:
         raise ValueError("the reference engine does not stream; drop --stream")
-    if not config.model or not config.draft:
+    if not config.model or not config.draft and not config.url:  # running servers: the fleet says what is missing
         raise ValueError("a target model and a drafter are needed (--model, --draft)")
+
+
+def _validate_running(config: SweepConfig) -> None:
+    """Settings of servers ddbench starts have no place in a sweep of running servers."""
+    launch = {
+        "gpus": config.gpus != (),
+        "tp": config.tp != 1,
+        "workers": config.workers != 1,
+        "restart_per_budget": config.restart_per_budget,
+        "server_args": config.server_args != (),
+    }
+    given = [name for name, set_ in launch.items() if set_]
+    if given:
+        raise ValueError(f"{', '.join(given)} only apply to servers ddbench starts, not to the running servers of url")

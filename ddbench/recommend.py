@@ -216,18 +216,24 @@ class Measurement:
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> Measurement:
+        """Shared budgets: ddbench.runner.server_spec's (the widest tree, narrowed per request), or on running
+        servers (`ddbench sweep --url`: the run's "servers") the ddtree_budget each DDTREE server reported,
+        whose tp_size is then the last run's tp."""
         try:
             last = manifest["config"]
-            configs = [run["config"] for run in manifest.get("runs") or []] or [last]
-            modes = {bool(config.get("restart_per_budget")) for config in configs}
+            runs = manifest.get("runs") or [{"config": last}]
+            modes = {bool(run["config"].get("restart_per_budget")) for run in runs}
             shared = {
-                max(config["budgets"])  # ddbench.runner.server_spec: the widest tree; requests narrow it
-                for config in configs
-                if config["engine"] == "sglang" and not config.get("restart_per_budget")
+                budget
+                for run in runs
+                if run["config"]["engine"] == "sglang" and not run["config"].get("restart_per_budget")
+                for budget in _shared_budgets(run)
             }
+            servers = [server for server in runs[-1].get("servers", []) if server["method"] == "ddtree"]
+            tp = servers[0]["settings"].get("tp_size") if servers else last.get("tp")  # running servers: reported
             return cls(
                 last["engine"], modes.pop() if len(modes) == 1 else None, tuple(sorted(shared)),
-                last["model"], last["draft"], int(last.get("tp") or 1), tuple(last.get("server_args") or ()),
+                last["model"], last["draft"], int(tp or 1), tuple(last.get("server_args") or ()),
             )  # fmt: skip
         except (KeyError, TypeError, ValueError) as error:
             raise DDBenchError(f"malformed manifest ({error!r})") from error
@@ -245,6 +251,13 @@ class Measurement:
             f"one shared DDTree server started with {ENV_BUDGET}={budgets}, budgets lowered per "
             "request (manifest config.restart_per_budget: false)"
         )
+
+
+def _shared_budgets(run: dict[str, Any]) -> list[int]:
+    """The SGLANG_DDTREE_BUDGET of the DDTree servers of one per-request run (manifest "runs" entry)."""
+    if "servers" in run:
+        return [server["settings"]["ddtree_budget"] for server in run["servers"] if server["method"] == "ddtree"]
+    return [max(run["config"]["budgets"])]
 
 
 @dataclass(frozen=True)

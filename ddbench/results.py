@@ -2,7 +2,8 @@
 
     OUT/
       manifest.json            full config + environment stamp (+ every earlier run's stamp), datasets and
-                               whether each one's prompts were all held out (ddbench.heldout)
+                               whether each one's prompts were all held out (ddbench.heldout); with --url
+                               the running servers as they described themselves (ddbench.remote)
       cells/<cell_id>.jsonl    one RequestRecord per request of a finished cell
       cells/<cell_id>.json     the cell's completion record (written last: its presence = done), with
                                held_out: whether all its prompts were held out from drafter training
@@ -60,6 +61,7 @@ class RequestRecord:
     meta_info: dict[str, Any]  # the server's meta_info: spec_* fields and DDTree extras
     hold_chain: bool | None = None  # DDTree: trees held the rank-0 chain first (False if absent); None: ar, dflash
     repeat: int = 1  # the cell's repeat (1 if absent)
+    server_url: str | None = None  # the server that answered (several can share a cell); None: stored before
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hold_chain", ddtree_hold_chain(self.method, self.hold_chain))
@@ -78,7 +80,7 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = names - set(data) - {"hold_chain", "repeat"}  # records written before these: no chain, repeat 1
+        missing = names - set(data) - {"hold_chain", "repeat", "server_url"}  # written before these: defaults
         if missing:
             raise ValueError(f"request record lacks {', '.join(sorted(missing))}")
         values = {name: data.get(name) for name in names}
@@ -97,7 +99,8 @@ class CellResult:
     wall_s: float | None  # wall time of the measured requests (done cells)
     error: str | None  # failed cells
     server: dict[str, Any] = dataclasses.field(default_factory=dict)  # done cells: label, log, block_size,
-    # server_started, started, finished (epoch seconds: server launch, the cell's start and end)
+    # server_started, started, finished (epoch seconds: server launch, the cell's start and end); on running
+    # servers label, urls, block_size, started, finished
     held_out: bool | None = None  # done cells: every prompt was held out from drafter training (ddbench.heldout);
     # None: not done, or stored before the flag
 

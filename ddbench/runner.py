@@ -16,6 +16,14 @@ after the other, each turn carrying the model's own earlier answers. A finished 
 a failed one leaves `<cell>.failure.json` and costs only itself (a server that died is restarted for the
 job's next cell; one that would not start fails its job's remaining cells). A rerun skips finished cells
 and retries the rest, repeats included.
+
+With `url` (ddbench.fleet) the cells run against servers that are already running: ddbench starts, stops
+and restarts none. A pass's cells are grouped by their pool (the servers that can serve them) and run one
+job after the other on one slot, each cell's requests shared round robin by its pool: servers ddbench did
+not place may share hardware, so no two cells run at once. Before each cell every server of its pool must
+answer GET /health; a server that stopped answering costs the cells it would serve (`server died: ...`),
+and a rerun, against the same URLs or others, retries them. Ctrl-C lets the cell in flight finish, since
+its requests are on servers ddbench cannot stop.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,6 +43,7 @@ import httpx
 from ddbench import env
 from ddbench.client import Inputs, run_cell
 from ddbench.config import RUN_DEFINING, Cell, DDBenchError, SweepConfig, dataset_label, expand_cells
+from ddbench.fleet import Fleet, Pool
 from ddbench.results import RunFolder, merge_requests, write_json
 from ddbench.server import LaunchSettings, Server, ServerError, ServerSpec, last_log_line
 
@@ -76,9 +85,10 @@ class Slot:
 
 @dataclass(frozen=True)
 class Job:
-    """Cells that one server (started once, restarted only if it dies) measures in order."""
+    """Cells that one server (started once, restarted only if it dies), or one pool of running servers,
+    measures in order."""
 
-    spec: ServerSpec  # gpus and threads are filled in by the slot that runs it
+    spec: ServerSpec | Pool  # a ServerSpec's gpus and threads are filled in by the slot that runs it
     cells: tuple[Cell, ...]  # of one repeat
 
     @property
@@ -96,40 +106,45 @@ class SweepOutcome:
 
 @dataclass(frozen=True)
 class SweepPlan:
-    jobs: tuple[Job, ...]  # the servers a run would start and the unfinished cells each measures
+    jobs: tuple[Job, ...]  # the servers a run would start (or pools it would use) and the unfinished cells of each
     skipped: int  # cells an earlier run had finished
     slots: int  # servers that run side by side
+    fleet: Fleet | None = None  # the running servers of a sweep with url
 
 
-def plan_sweep(config: SweepConfig) -> SweepPlan:
-    """What `run_sweep` would start, writing nothing (a folder holding other settings is refused the same way)."""
+def plan_sweep(config: SweepConfig, fleet: Fleet | None = None) -> SweepPlan:
+    """What `run_sweep` would start, writing nothing (a folder holding other settings is refused the same way,
+    as are running servers that cannot serve the cells). `fleet`: config.url's servers, if probed already."""
     folder = RunFolder(Path(config.out).expanduser())
     previous_manifest(folder, config)
     cells = expand_cells(config)
     pending = [cell for cell in cells if not folder.is_done(cell)]
+    fleet = running_fleet(config, fleet)
     slots = len(plan_slots(config))
-    jobs = plan_jobs(config, pending, slots) if pending else []
-    return SweepPlan(tuple(jobs), len(cells) - len(pending), slots)
+    jobs = plan_jobs(config, pending, slots, fleet) if pending else []
+    return SweepPlan(tuple(jobs), len(cells) - len(pending), slots, fleet)
 
 
-def run_sweep(config: SweepConfig, progress: SweepProgress | None = None) -> SweepOutcome:
+def run_sweep(config: SweepConfig, progress: SweepProgress | None = None, fleet: Fleet | None = None) -> SweepOutcome:
     """Run every unfinished cell of `config`'s grid into `config.out`, then rewrite the merged files.
 
-    Everything that can be checked (settings against the folder, datasets, tokenizer) is checked before
-    anything is written.
+    Everything that can be checked (settings against the folder, running servers against the cells,
+    datasets, tokenizer) is checked before anything is written. `fleet`: config.url's servers, if probed already.
     """
     progress = progress or _Silent()
     folder = RunFolder(Path(config.out).expanduser())
     previous = previous_manifest(folder, config)
     cells = expand_cells(config)
     pending = [cell for cell in cells if not folder.is_done(cell)]
+    fleet = running_fleet(config, fleet)
+    jobs = plan_jobs(config, pending, len(plan_slots(config)), fleet)
     inputs = Inputs(config) if pending else None
-    all_cells = write_manifest(folder, config, cells, previous, inputs.held_out if inputs else {})
+    servers = fleet.to_manifest() if fleet else None
+    all_cells = write_manifest(folder, config, cells, previous, inputs.held_out if inputs else {}, servers)
     failures: list[str] = []
     try:
         if pending:
             progress.cells_planned(len(pending))
-            jobs = plan_jobs(config, pending, len(plan_slots(config)))
             failures = run_jobs(config, folder, jobs, inputs, progress)
     finally:  # an interrupted sweep still leaves merged files of the cells it finished
         from ddbench.report import write_summary
@@ -141,6 +156,15 @@ def run_sweep(config: SweepConfig, progress: SweepProgress | None = None) -> Swe
     order = {cell.cell_id: position for position, cell in enumerate(cells)}
     failures.sort(key=lambda failure: order.get(failure.split(": ", 1)[0], len(order)))
     return SweepOutcome(done=len(pending) - len(failures), skipped=len(cells) - len(pending), failed=tuple(failures))
+
+
+def running_fleet(config: SweepConfig, fleet: Fleet | None) -> Fleet | None:
+    """config.url's servers (`fleet`, else probed now), checked against the config; None without url."""
+    if not config.url:
+        return None
+    fleet = fleet or Fleet.connect(config.url, config.api_key)
+    fleet.check(config)
+    return fleet
 
 
 def previous_manifest(folder: RunFolder, config: SweepConfig) -> dict[str, Any] | None:
@@ -161,17 +185,20 @@ def write_manifest(
     cells: Sequence[Cell],
     previous: dict[str, Any] | None,
     held_out: dict[str, bool],
+    servers: list[dict[str, Any]] | None = None,
 ) -> list[Cell]:
     """Create or extend manifest.json; returns every cell the folder reports on (earlier runs' first).
 
     `held_out` (client.held_out_datasets of this run's prompts) updates the manifest's "held_out" map, dataset
-    label -> whether all its prompts were held out from drafter training, e.g. {"gsm8k": true}.
+    label -> whether all its prompts were held out from drafter training, e.g. {"gsm8k": true}. `servers`
+    (Fleet.to_manifest: URL, method, engine, version, model, draft, widths and reported settings of each
+    running server) is stored as this run's "servers", and the manifest's while it is the latest run.
     """
     stamp = env.environment_stamp()
     known = [Cell.from_dict(data) for data in previous["cells"]] if previous else []
     seen = set(known)
     all_cells = known + [cell for cell in cells if cell not in seen]
-    runs = (previous or {}).get("runs", []) + [{"environment": stamp, "config": config.to_dict()}]
+    run = {"environment": stamp, "config": config.to_dict()} | ({"servers": servers} if servers else {})
     manifest = {
         "name": config.name,
         "config": config.to_dict(),
@@ -179,14 +206,16 @@ def write_manifest(
         "held_out": {**(previous or {}).get("held_out", {}), **held_out},
         "environment": stamp,
         "cells": [cell.to_dict() for cell in all_cells],
-        "runs": runs,
-    }
+        "runs": (previous or {}).get("runs", []) + [run],
+    } | ({"servers": servers} if servers else {})
     write_json(folder.manifest, manifest)
     return all_cells
 
 
 def plan_slots(config: SweepConfig) -> list[Slot]:
-    """One slot per group of `tp` GPUs, or `workers` CPU slots sharing the cores."""
+    """One slot per group of `tp` GPUs, or `workers` CPU slots sharing the cores; one slot for running servers."""
+    if config.url:
+        return [Slot(0, (), None)]
     if config.gpus:
         groups = [config.gpus[i : i + config.tp] for i in range(0, len(config.gpus), config.tp)]
         return [Slot(index, tuple(group), None) for index, group in enumerate(groups)]
@@ -212,19 +241,21 @@ def server_spec(config: SweepConfig, cell: Cell) -> ServerSpec:
     )
 
 
-def plan_jobs(config: SweepConfig, cells: Sequence[Cell], num_slots: int) -> list[Job]:
-    """The jobs in start order, pass by pass: repeat 1's, then repeat 2's, ... (see `_plan_pass`)."""
+def plan_jobs(config: SweepConfig, cells: Sequence[Cell], num_slots: int, fleet: Fleet | None = None) -> list[Job]:
+    """The jobs in start order, pass by pass: repeat 1's, then repeat 2's, ... (see `_plan_pass`); with a fleet
+    of running servers, jobs of pools (Fleet.pools: DDBenchError if a cell has none)."""
+    servers = fleet.pools(cells) if fleet else {cell: server_spec(config, cell) for cell in cells}
     jobs = []
     for repeat in sorted({cell.repeat for cell in cells}):
-        jobs += _plan_pass(config, [cell for cell in cells if cell.repeat == repeat], num_slots)
+        jobs += _plan_pass([cell for cell in cells if cell.repeat == repeat], servers, num_slots)
     return jobs
 
 
-def _plan_pass(config: SweepConfig, cells: Sequence[Cell], num_slots: int) -> list[Job]:
+def _plan_pass(cells: Sequence[Cell], servers: dict[Cell, ServerSpec | Pool], num_slots: int) -> list[Job]:
     """Group cells by server, then halve the largest job until every slot has one (or no job splits)."""
-    groups: dict[ServerSpec, list[Cell]] = {}
+    groups: dict[ServerSpec | Pool, list[Cell]] = {}
     for cell in cells:
-        groups.setdefault(server_spec(config, cell), []).append(cell)
+        groups.setdefault(servers[cell], []).append(cell)
     jobs = [Job(spec, tuple(group)) for spec, group in groups.items()]
     while len(jobs) < num_slots:
         largest = max(jobs, key=lambda job: len(job.cells))
@@ -310,7 +341,9 @@ def run_job(
     progress: SweepProgress,
     running: _Running,
 ) -> list[str]:
-    """One job's cells on one slot's server; returns 'cell_id: error' per failed cell."""
+    """One job's cells on one slot's server, or on a pool of running servers; 'cell_id: error' per failed cell."""
+    if isinstance(job.spec, Pool):
+        return run_pool_job(config, folder, job.spec, job.cells, inputs, progress, running)
     spec = replace(job.spec, gpus=slot.gpus, cpu_threads=slot.cpu_threads)
     failures: list[str] = []
     server: Server | None = None
@@ -326,7 +359,7 @@ def run_job(
                 running.add(server)
                 try:
                     server.start()
-                    block_size = server.block_size()
+                    target = _started_target(server, server.block_size())
                 except ServerError as error:
                     server.stop()
                     if running.stopping.is_set():
@@ -334,7 +367,7 @@ def run_job(
                     for lost in job.cells[position:]:
                         failures.append(_fail(folder, lost, f"server did not start: {error}", log, progress))
                     return failures
-            error = _run_and_store(config, folder, cell, server, block_size, inputs, progress)
+            error = _run_and_store(config, folder, cell, target, inputs, progress)
             if running.stopping.is_set():
                 return failures
             if error is not None:
@@ -348,33 +381,78 @@ def run_job(
     return failures
 
 
+def run_pool_job(
+    config: SweepConfig,
+    folder: RunFolder,
+    pool: Pool,
+    cells: Sequence[Cell],
+    inputs: Inputs,
+    progress: SweepProgress,
+    running: _Running,
+) -> list[str]:
+    """Cells on a pool of running servers, each after a health check of the pool; 'cell_id: error' per failed
+    cell. A server that does not answer fails the cell without sending it."""
+    target = _pool_target(pool, config.api_key)
+    failures: list[str] = []
+    for cell in cells:
+        down = pool.down(config.api_key)
+        error = f"server died: {down}" if down else _run_and_store(config, folder, cell, target, inputs, progress)
+        if running.stopping.is_set():
+            return failures
+        if error is not None:
+            failures.append(_fail(folder, cell, error, None, progress))
+        else:
+            progress.cell_finished(cell, None)
+    return failures
+
+
 def _fail(folder: RunFolder, cell: Cell, error: str, log, progress: SweepProgress) -> str:
-    folder.write_failure(cell, error, str(log))
+    folder.write_failure(cell, error, None if log is None else str(log))
     progress.cell_finished(cell, error)
     return f"{cell.cell_id}: {error}"
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where a cell's requests go and what its done record says of the server(s)."""
+
+    urls: tuple[str, ...]  # shared round robin
+    record: dict[str, Any]  # cells/<id>.json "server" (CellResult.server), less the cell's start and end
+    died: Callable[[Exception], str | None]  # "server died: ..." when a request failed because the server did
+    explicit_block: int | None = None  # running servers: the drafter's block, every DDTree knob sent (client)
+
+
+def _started_target(server: Server, block_size: int | None) -> Target:
+    def died(error: Exception) -> str | None:
+        if isinstance(error, httpx.TransportError) and server.exited(timeout_s=5.0) or not server.alive():
+            return f"server died: {last_log_line(server.log_path)}"
+        return None
+
+    record = {"label": server.spec.label, "log": str(server.log_path), "block_size": block_size}
+    return Target((server.url,), {**record, "server_started": server.started_at}, died)
+
+
+def _pool_target(pool: Pool, api_key: str | None) -> Target:
+    def died(error: Exception) -> str | None:
+        down = pool.down(api_key) if isinstance(error, httpx.TransportError) else None
+        return None if down is None else f"server died: {down}"
+
+    record = {"label": pool.label, "urls": list(pool.urls), "block_size": pool.block_size}
+    return Target(pool.urls, record, died, explicit_block=pool.block_size)
+
+
 def _run_and_store(
-    config: SweepConfig,
-    folder: RunFolder,
-    cell: Cell,
-    server: Server,
-    block_size: int | None,
-    inputs: Inputs,
-    progress: SweepProgress,
+    config: SweepConfig, folder: RunFolder, cell: Cell, target: Target, inputs: Inputs, progress: SweepProgress
 ) -> str | None:
     """Run one cell and store it; the error message if it failed."""
     progress.cell_started(cell, inputs.num_requests(cell.dataset))
     started = time.time()
     try:
-        records, wall_s = run_cell(config, cell, server.url, inputs, progress.request_done)
+        records, wall_s = run_cell(config, cell, target.urls, inputs, progress.request_done, target.explicit_block)
     except (httpx.HTTPError, OSError, ValueError, KeyError) as error:
-        if isinstance(error, httpx.TransportError) and server.exited(timeout_s=5.0) or not server.alive():
-            return f"server died: {last_log_line(server.log_path)}"
-        return f"{type(error).__name__}: {error}"
+        return target.died(error) or f"{type(error).__name__}: {error}"
     except Exception as error:  # a bug while measuring costs the cell, and its traceback is kept
         return f"{type(error).__name__}: {error} | {traceback.format_exc(limit=3)}"
-    info = {"label": server.spec.label, "log": str(server.log_path), "block_size": block_size}
-    info.update(server_started=server.started_at, started=started, finished=time.time())
+    info = {**target.record, "started": started, "finished": time.time()}
     folder.write_cell(cell, records, wall_s, info, held_out=inputs.held_out[cell.dataset])
     return None

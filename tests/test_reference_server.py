@@ -97,6 +97,23 @@ def test_health_and_info(url):
     assert call(url, "/nowhere")[0] == 404
 
 
+def test_sglang_0_5_routes_and_an_api_key(parts):
+    """/model_info and /server_info as SGLang 0.5.15 names them; with an API key every route but /health wants
+    `Authorization: Bearer KEY`, as SGLang's --api-key."""
+    with serving(engine_for(parts), api_key="k") as base:
+        assert call(base, "/health") == (200, None)
+        assert call(base, "/server_info") == (401, {"error": {"message": "Unauthorized"}})
+        body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1}}
+        assert call(base, "/generate", body)[0] == 401
+        keyed = urllib.request.Request(base + "/model_info", headers={"Authorization": "Bearer k"})
+        with urllib.request.urlopen(keyed, timeout=60) as response:
+            assert json.loads(response.read())["speculative_algorithm"] == "DDTREE"
+        keyed = urllib.request.Request(base + "/server_info", headers={"Authorization": "Bearer k"})
+        with urllib.request.urlopen(keyed, timeout=60) as response:
+            info = json.loads(response.read())
+        assert info["engine"] == "ddtree_core.reference" and "version" in info
+
+
 def test_generate_matches_the_library(url, parts):
     body = {"input_ids": PROMPT, "sampling_params": {"temperature": 0, "max_new_tokens": 20}, "rid": "r1"}
     status, out = call(url, "/generate", body)

@@ -2,8 +2,8 @@
 
     POST /generate        {"text" | "input_ids", "sampling_params": {...}, "rid"}
     GET  /health          200 when ready
-    GET  /get_model_info  model and draft paths, the method
-    GET  /get_server_info the method and its default knobs
+    GET  /model_info      model and draft paths, the method (also /get_model_info, as SGLang 0.5.15)
+    GET  /server_info     the engine, its version, the method and its default knobs (also /get_server_info)
 
 sampling_params: temperature, top_p, top_k, max_new_tokens, stop, stop_token_ids, ignore_eos,
 skip_special_tokens, no_stop_trim, sampling_seed, and custom_params {ddtree_budget, ddtree_max_depth,
@@ -15,7 +15,8 @@ spec_verify_ct, spec_accept_length, spec_accept_rate, spec_num_correct_drafts, .
 summary of ddtree_core.metrics (`SUMMARY_KEYS`) and the engine's timings (`ENGINE_KEYS`).
 
 One model instance serves one request at a time (concurrent clients wait on a lock, in arrival order
-as far as the OS schedules them). A malformed request gets HTTP 400 with the reason.
+as far as the OS schedules them). A malformed request gets HTTP 400 with the reason. With --api-key
+every route but /health wants `Authorization: Bearer KEY` (HTTP 401 otherwise), as SGLang's --api-key.
 
     python -m ddtree_core.reference.server --model PATH --draft PATH --method ddtree --port 30000
 """
@@ -25,6 +26,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hmac
+import importlib.metadata
 import json
 import logging
 import math
@@ -68,6 +71,7 @@ NEUTRAL_SAMPLING = {
     "logit_bias": None,
 }
 MAX_BODY_BYTES = 64 << 20
+ENGINE_NAME = "ddtree_core.reference"  # server_info.engine: how clients tell this server from SGLang
 CUSTOM_KEYS = ("ddtree_budget", "ddtree_max_depth", "ddtree_draft_temperature", "ddtree_hold_chain")
 
 
@@ -171,7 +175,8 @@ class ReferenceEngine:
     def server_info(self) -> dict[str, Any]:
         block = None if self.drafter is None else self.spec.block_size or self.drafter.block_size
         return {
-            "engine": "ddtree_core.reference",
+            "engine": ENGINE_NAME,
+            "version": _version(),
             "model_path": self.model_path,
             "speculative_algorithm": None if self.spec.method == "ar" else self.spec.method.upper(),
             "speculative_draft_model_path": self.draft_path,
@@ -288,6 +293,14 @@ class ReferenceEngine:
         return text
 
 
+def _version() -> str | None:
+    """The installed ddtree package's version (None when run from a checkout that is not installed)."""
+    try:
+        return importlib.metadata.version("ddtree")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def spec_meta_info(rounds: tuple[metrics.RoundStats, ...], completion_tokens: int) -> dict[str, Any]:
     """SGLang's per-request speculative keys (tokenizer_manager's spec decoding metrics).
 
@@ -377,23 +390,29 @@ def _typed(params: dict, key: str, kind: type, default: Any) -> Any:
     return value
 
 
-def make_handler(engine: ReferenceEngine) -> type[BaseHTTPRequestHandler]:
+def make_handler(engine: ReferenceEngine, api_key: str | None = None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self):
             routes = {
                 "/health": lambda: None,
+                "/model_info": engine.model_info,
                 "/get_model_info": engine.model_info,
+                "/server_info": engine.server_info,
                 "/get_server_info": engine.server_info,
             }
             if self.path not in routes:
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
+            if self.path != "/health" and not self._authorized():
+                return
             self._send(200, routes[self.path]())
 
         def do_POST(self):
             if self.path != "/generate":
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
+            if not self._authorized():
+                return
             try:
                 self._send(200, engine.generate(self._body()))
             except RequestError as error:
@@ -401,6 +420,14 @@ def make_handler(engine: ReferenceEngine) -> type[BaseHTTPRequestHandler]:
             except Exception as error:
                 logger.exception("generation failed")
                 self._send(500, {"error": {"message": f"{type(error).__name__}: {error}"}})
+
+        def _authorized(self) -> bool:
+            """Whether the request carries the API key (any does without one); answers 401 if not."""
+            given = self.headers.get("Authorization", "")
+            if api_key is None or hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                return True
+            self._send(401, {"error": {"message": "Unauthorized"}})
+            return False
 
         def _body(self) -> Any:
             length = int(self.headers.get("Content-Length") or 0)
@@ -425,16 +452,20 @@ def make_handler(engine: ReferenceEngine) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def make_server(engine: ReferenceEngine, host: str = "127.0.0.1", port: int = 30000) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((host, port), make_handler(engine))
+def make_server(
+    engine: ReferenceEngine, host: str = "127.0.0.1", port: int = 30000, api_key: str | None = None
+) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((host, port), make_handler(engine, api_key))
     server.daemon_threads = True
     return server
 
 
 @contextlib.contextmanager
-def serving(engine: ReferenceEngine, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+def serving(
+    engine: ReferenceEngine, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None
+) -> Iterator[str]:
     """Serve in a background thread; yields the base URL (port 0 picks a free port)."""
-    server = make_server(engine, host, port)
+    server = make_server(engine, host, port, api_key)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -445,12 +476,27 @@ def serving(engine: ReferenceEngine, host: str = "127.0.0.1", port: int = 0) -> 
         thread.join()
 
 
+def load_engine(
+    model: str, draft: str | None, spec: SpecConfig, *, dtype: str = "auto", device: str = "auto"
+) -> ReferenceEngine:
+    """The engine a server of `spec` runs over the model folders (or hub ids) `model` and `draft`."""
+    from ddtree_core.reference import loading
+
+    models = loading.load_models(model, draft, dtype=dtype, device=device)
+    return ReferenceEngine(
+        models.target,
+        drafter=models.drafter,
+        tokenizer=models.tokenizer,
+        spec=spec,
+        eos_token_ids=loading.eos_token_ids(models.target, models.tokenizer),
+        model_path=model,
+        draft_path=draft,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from ddtree_core.reference import loading
-
-    models = loading.load_models(args.model, args.draft, dtype=args.dtype, device=args.device)
     spec = SpecConfig(
         method=args.method,
         budget=args.budget,
@@ -460,16 +506,8 @@ def main(argv: list[str] | None = None) -> None:
         hold_chain=args.hold_chain,
         tree_impl=args.tree_impl,
     )
-    engine = ReferenceEngine(
-        models.target,
-        drafter=models.drafter,
-        tokenizer=models.tokenizer,
-        spec=spec,
-        eos_token_ids=loading.eos_token_ids(models.target, models.tokenizer),
-        model_path=args.model,
-        draft_path=args.draft,
-    )
-    server = make_server(engine, args.host, args.port)
+    engine = load_engine(args.model, args.draft, spec, dtype=args.dtype, device=args.device)
+    server = make_server(engine, args.host, args.port, args.api_key)
     logger.info("reference server (%s) listening on http://%s:%d", args.method, args.host, server.server_address[1])
     try:
         server.serve_forever()
@@ -495,6 +533,7 @@ def _parser() -> argparse.ArgumentParser:
     hold = "DDTree trees hold the drafter's rank-0 chain first (custom_params.ddtree_hold_chain overrides it)"
     parser.add_argument("--hold-chain", action="store_true", help=hold)
     parser.add_argument("--tree-impl", default="reference", choices=("reference", "torch", "triton"))
+    parser.add_argument("--api-key", help="every route but /health wants Authorization: Bearer API_KEY")
     return parser
 
 

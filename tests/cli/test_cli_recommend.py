@@ -231,6 +231,19 @@ def test_measurement_from_manifest_and_the_width_caveat():
         advice.Measurement.from_manifest({"cells": []})
 
 
+def test_measurement_of_running_servers_has_the_width_and_tp_they_reported():
+    """`ddbench sweep --url`: the DDTREE server's own budget (not the largest swept) fixed the verify width."""
+    config = {"engine": "sglang", "model": "M", "draft": "D", "budgets": [32, 64], "tp": 1}
+    servers = [
+        {"method": "ar", "settings": {"tp_size": 8}},
+        {"method": "ddtree", "settings": {"ddtree_budget": 127, "tp_size": 2}},
+    ]
+    running = advice.Measurement.from_manifest({"config": config, "runs": [{"config": config, "servers": servers}]})
+    assert (running.shared_budgets, running.tp) == ((127,), 2)
+    caveat = advice.deploy(advice.recommend(grid_rows()), running).caveat
+    assert "one shared DDTree server started with SGLANG_DDTREE_BUDGET=127" in caveat
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -535,7 +535,7 @@ def test_warm_up_sends_one_staggered_request_per_concurrent_slot(monkeypatch):
         prompts={TREE.dataset: [types.SimpleNamespace(turns=("hi",))]}, encode=lambda messages: [7, 8]
     )
     cell = dataclasses.replace(TREE, concurrency=3)
-    client.warm_up_cell(build_config({**MODELS, "max_new_tokens": 64}, {}), cell, "http://x", inputs)
+    client.warm_up_cell(build_config({**MODELS, "max_new_tokens": 64}, {}), cell, ["http://x"], inputs)
     assert sorted(params["max_new_tokens"] for _, params in sent) == [4, 8, 12]
     assert all(ids == [7, 8] and params["custom_params"]["ddtree_budget"] == 8 for ids, params in sent)
 
