@@ -257,6 +257,7 @@ def stub_sglang(monkeypatch, req_class) -> StubRegistry:
     registry = StubRegistry()
     monkeypatch.setattr(StubAlgorithm, "registered", {})
     modules = {
+        "sglang.version": {"__version__": "0.5.15"},
         "sglang.srt.plugins.hook_registry": {
             "HookRegistry": registry, "HookType": SimpleNamespace(AROUND="around", AFTER="after")
         },
