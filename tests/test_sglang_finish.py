@@ -20,6 +20,7 @@ import pytest
 import ddtree_core.sglang
 from ddtree_core.sglang import plugin
 from ddtree_core.sglang.finish import length_first, stop_within_budget
+from ddtree_core.sglang.window import release, sglang_version
 
 EOS, NEWLINE, VOCAB = 2, 10, 1000
 BEFORE = [97, 98, 99]  # "abc": the output before the round
@@ -257,6 +258,7 @@ def stub_sglang(monkeypatch, req_class) -> StubRegistry:
     registry = StubRegistry()
     monkeypatch.setattr(StubAlgorithm, "registered", {})
     modules = {
+        "sglang.version": {"__version__": "0.5.15"},
         "sglang.srt.plugins.hook_registry": {
             "HookRegistry": registry, "HookType": SimpleNamespace(AROUND="around", AFTER="after")
         },
@@ -341,13 +343,18 @@ def test_sglang_req_gives_the_same_outcomes(name):
 
 
 @pytest.mark.slow
-def test_sglang_req_is_length_first():
-    """SGLang 0.5.15 alone: the cap beats the EOS before it, the tokens after the EOS go out."""
+def test_length_first_reads_sglangs_order():
+    """SGLang 0.5.15 alone: the cap beats the EOS before it, the tokens after the EOS go out. Later releases
+    (0.5.23) end at the EOS; length_first tells which order SGLang's Req has."""
     req = sglang_req()
     req.output_ids.extend([100, EOS, NEWLINE, 101])
     req.update_finish_state(4)
-    assert outcome(req) == ({"type": "length", "length": 6}, BEFORE + [100, EOS, NEWLINE])
-    assert length_first(type(req))
+    if length_first(type(req)):
+        assert outcome(req) == ({"type": "length", "length": 6}, BEFORE + [100, EOS, NEWLINE])
+    else:
+        assert outcome(req) == ({"type": "stop", "matched": EOS}, BEFORE + [100, EOS])
+    if release(sglang_version()) == (0, 5, 15):
+        assert length_first(type(req))
 
 
 @pytest.mark.slow
@@ -361,11 +368,15 @@ def test_register_hooks_sglangs_req():
         from sglang.srt.plugins.hook_registry import HookRegistry
         from sglang.srt.sampling.sampling_params import SamplingParams
         from ddtree_core.sglang import plugin
+        from ddtree_core.sglang.finish import length_first
 
         stock = [Req.update_finish_state]  # in a list: HookRegistry rebinds module attributes that hold it
+        sglang_ends_at_the_cap = length_first(Req)  # 0.5.15; later releases (0.5.23) end at the EOS, unhooked
         plugin.register()
-        assert plugin.FINISH_STATE in HookRegistry._patched and Req.update_finish_state.__wrapped__ is stock[0]
-        for server, expected in ((None, 6), (SimpleNamespace(speculative_algorithm="DDTREE"), 5)):
+        hooked = plugin.FINISH_STATE in HookRegistry._patched
+        assert hooked == sglang_ends_at_the_cap
+        assert (Req.update_finish_state.__wrapped__ if hooked else Req.update_finish_state) is stock[0]
+        for server, expected in ((None, 6 if hooked else 5), (SimpleNamespace(speculative_algorithm="DDTREE"), 5)):
             plugin._ddtree_server = lambda: server
             params = SamplingParams(max_new_tokens=6)
             params.normalize(None)

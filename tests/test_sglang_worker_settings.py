@@ -1,5 +1,8 @@
-"""The worker parses a request's custom_params once and keeps the result on the request (needs SGLang)."""
+"""The DDTree worker against SGLang's DFlashWorkerV2: the overrides' parameters, construction before the KV
+pool exists, request settings parsed once per request, one decode round with the model calls stubbed
+(needs SGLang)."""
 
+import inspect
 from types import SimpleNamespace
 
 import pytest
@@ -8,6 +11,20 @@ pytest.importorskip("sglang.srt.speculative.dflash_worker_v2")
 
 from ddtree_core.sglang.config import RequestSettings, ServerSettings  # noqa: E402
 from ddtree_core.sglang.worker import DDTreeWorker  # noqa: E402
+
+
+def test_overrides_take_sglangs_parameters():
+    """SGLang calls the worker's methods with DFlashWorkerV2's parameters (the scheduler builds it with keyword
+    arguments): each method DDTreeWorker overrides takes the same ones, in the same order."""
+    from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+
+    differ = {}
+    for name, ours in vars(DDTreeWorker).items():
+        theirs = getattr(DFlashWorkerV2, name, None)
+        if inspect.isfunction(ours) and inspect.isfunction(theirs):
+            if list(inspect.signature(ours).parameters) != list(inspect.signature(theirs).parameters):
+                differ[name] = str(inspect.signature(theirs))
+    assert differ == {}, f"DFlashWorkerV2's signatures differ: {differ}"
 
 
 def test_request_settings_are_parsed_once_per_request(monkeypatch):

@@ -16,6 +16,7 @@ follows the target's own tokens through it and commits the accepted path.
 - draft_head.py: the draft side folded into the drafter's CUDA graph (the default at TP = 1;
   SGLANG_DDTREE_DRAFT_GRAPH=0 keeps it eager);
 - plugin.py: `register()`, the entry point of group `sglang.srt.plugins`, and the hooks;
+- window.py: the supported SGLang releases (0.5.15), checked before registering;
 - finish.py: a stop accepted within max_new_tokens beats the cap (SGLang 0.5.15 checks the cap first);
 - launch_server.py: `python -m ddtree_core.sglang.launch_server <sglang args>`.
 

@@ -8,7 +8,8 @@ That is why this must stay a module run with -m and not a package `__main__`: sp
 a main module named `__main__`.
 
 DDTree settings come from the environment (SGLANG_DDTREE_BUDGET, SGLANG_DDTREE_MAX_DEPTH,
-SGLANG_DDTREE_DRAFT_TEMPERATURE; see config.py), which the scheduler processes inherit.
+SGLANG_DDTREE_DRAFT_TEMPERATURE; see config.py), which the scheduler processes inherit. On an SGLang
+release outside the plugin's supported window it exits with status 1 after one line (window.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import sys
 
 from ddtree_core.sglang.plugin import register
 
-register()
+if not register():  # an SGLang release outside the supported window: the log has the one-line reason
+    raise SystemExit(1)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,7 +2,8 @@
 
 `register()` is the entry point of group `sglang.srt.plugins` (SGLang's `load_plugins()` calls it in
 the main process and first thing in every scheduler process) and is also called by our launcher. It is
-idempotent: a second call in the same process does nothing.
+idempotent: a second call in the same process does nothing. On an SGLang release outside the supported
+window (window.py) it logs one error line and registers nothing, unless SGLANG_DDTREE_ALLOW_UNTESTED=1.
 
 Hooks (HookRegistry; each acts only when the server runs DDTREE):
 - dflash_utils.resolve_dflash_verify_mask_policy (AROUND): the target's TARGET_VERIFY CUDA graph is
@@ -26,6 +27,9 @@ Hooks (HookRegistry; each acts only when the server runs DDTREE):
 from __future__ import annotations
 
 import logging
+import os
+
+from ddtree_core.sglang import window
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +50,21 @@ _ROUNDS_ATTR = "_ddtree_round_rows"  # per-request list of stats rows on the sch
 _registered = False
 
 
-def register() -> None:
-    """Register the DDTREE algorithm and its hooks, and apply the hooks in this process."""
+def register() -> bool:
+    """Register the DDTREE algorithm and its hooks, and apply the hooks in this process.
+
+    Returns whether DDTREE is registered: False, after one error line in the log, on an SGLang release
+    outside the supported window (window.check), which then stays untouched. On SGLang 0.5.23:
+    `register()` -> False, logging "DDTREE not registered: SGLang 0.5.23 is not a supported release (...)".
+    """
     global _registered
     if _registered:
-        return
+        return True
+    registers, line = window.check(window.sglang_version(), os.environ)
+    if line is not None:
+        (logger.warning if registers else logger.error)(line)
+    if not registers:
+        return False
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -87,6 +101,7 @@ def register() -> None:
         raise RuntimeError(f"DDTREE hooks failed to apply (see the log above): {unapplied}")
     _registered = True
     logger.info("DDTREE speculative algorithm registered")
+    return True
 
 
 def _worker_class(server_args):

@@ -1,0 +1,57 @@
+"""The SGLang releases the plugin supports: `register()` refuses any other in one line.
+
+SUPPORTED lists releases by number (major.minor.patch); post releases and local builds count as their
+release (0.5.15.post1 is 0.5.15). A release is added once `scripts/sglang_window.sh VERSION` passes on it
+(the plugin's CPU checks against that SGLang). 0.5.15 is the release that runs on the GPU; from 0.5.16 on
+DFlashWorkerV2, which the DDTree worker extends, takes other constructor arguments, and later releases
+also resolve ServerArgs differently (README, "SGLang support").
+
+Outside the window the plugin registers nothing: the server stays stock SGLang, where DDTREE is an
+unknown algorithm. SGLANG_DDTREE_ALLOW_UNTESTED=1 registers it anyway, with a warning.
+
+Example:
+    check("0.5.15.post1", {})  -> (True, None)
+    check("0.5.23", {})        -> (False, "DDTREE not registered: SGLang 0.5.23 is not a supported release
+                                  (supported: 0.5.15; SGLANG_DDTREE_ALLOW_UNTESTED=1 registers it anyway)")
+    check("0.5.23", {"SGLANG_DDTREE_ALLOW_UNTESTED": "1"}) -> (True, "DDTREE on SGLang 0.5.23, ...")
+
+Pure Python: the version comes in as an argument; `sglang_version()` reads the imported SGLang's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+SUPPORTED = ((0, 5, 15),)
+ALLOW_UNTESTED = "SGLANG_DDTREE_ALLOW_UNTESTED"
+
+
+def release(version: str) -> tuple[int, int, int] | None:
+    """The (major, minor, patch) a version string starts with, else None: "0.5.15.post1" -> (0, 5, 15)."""
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    return None if match is None else tuple(int(part) for part in match.groups())
+
+
+def check(version: str, environ: Mapping[str, str]) -> tuple[bool, str | None]:
+    """(whether DDTREE registers on SGLang `version`, the one line to log about it, or None).
+
+    A supported release registers silently; any other is refused with an error line, or registers with a
+    warning line when `environ` sets SGLANG_DDTREE_ALLOW_UNTESTED=1.
+    """
+    if release(version) in SUPPORTED:
+        return True, None
+    supported = ", ".join(".".join(map(str, number)) for number in SUPPORTED)
+    if environ.get(ALLOW_UNTESTED) == "1":
+        return True, f"DDTREE on SGLang {version}, not a supported release (supported: {supported}): {ALLOW_UNTESTED}=1"
+    return False, (
+        f"DDTREE not registered: SGLang {version} is not a supported release "
+        f"(supported: {supported}; {ALLOW_UNTESTED}=1 registers it anyway)"
+    )
+
+
+def sglang_version() -> str:
+    """The version of the SGLang this process imports."""
+    from sglang.version import __version__
+
+    return __version__
