@@ -100,7 +100,7 @@ carry)
 serve)
   stash
   # The jobs run from a copy without .git: their manifests take the commit and whether the code (not the
-  # results data, which device_lean.sh may leave out) differs from it from here (or from the caller's
+  # results data, which scripts/device_lean.sh may leave out) differs from it from here (or from the caller's
   # DDBENCH_GIT_SHA / DDBENCH_GIT_DIRTY where this checkout has no .git).
   export DDBENCH_GIT_SHA=${DDBENCH_GIT_SHA:-$(git rev-parse HEAD 2>/dev/null)}
   code=(ddtree_core ddbench configs pyproject.toml results/sglang/h200.sh)

@@ -5,14 +5,14 @@
 #   bash results/sglang/pack_device.sh SmolLM2-135M-Instruct.Q4_1.gguf [DATA_DIR]   (rerun when the checkout grows)
 #   bash results/sglang/pack_device.sh --check    exit 1 unless every piece still fits beside the checkout
 #                                                  (run it before the first device call: a refused call costs time)
-# Pack and call with the results data out of the index (results/sglang/device_lean.sh drop, then restore):
+# Pack and call with the results data out of the index (scripts/device_lean.sh drop, then restore):
 # three pieces instead of fourteen.
 set -euo pipefail
 LIMIT=$((64 * 1024 * 1024))
 MARGIN=$((1024 * 1024))
 # What a call counts: the tracked and untracked-not-ignored files at their allocated sizes (4 KiB blocks),
 # summed file by file, plus what it carries; .git does not count. Seen on 2026-12-02: 53.2 MiB of tracked
-# files + a 15.3 MiB piece was refused; 17.2 MiB (results/sglang/device_lean.sh drop) + 45 MiB was carried.
+# files + a 15.3 MiB piece was refused; 17.2 MiB (scripts/device_lean.sh drop) + 45 MiB was carried.
 tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | xargs -0 -r stat -c '%b %B' 2>/dev/null \
   | awk '{s += $1 * $2} END {print s + 0}')
 if [ "${1:-}" = --check ]; then

@@ -4,7 +4,7 @@
 # pieces of results/sglang/pack_device.sh. `drop` takes the results folders out of the index and ignores
 # them (the files stay on disk), so that a device session carries about 17 MiB of checkout and pieces of
 # 44 MiB; `restore` puts the index and .git/info/exclude back. Run `restore` before any commit.
-#   bash results/sglang/device_lean.sh drop | restore | status
+#   bash scripts/device_lean.sh drop | restore | status
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 mark=.git/info/exclude.before-lean
