@@ -762,7 +762,7 @@ def testbed_inflate(
     ] = 0,
     data_dir: Annotated[str | None, typer.Option(help="Offline dataset mirror for --check.")] = None,
 ) -> None:
-    from ddbench import inflate
+    from ddbench import inflate, inflate_check
 
     sizes = {
         "hidden_size": hidden_size,
@@ -773,7 +773,7 @@ def testbed_inflate(
         "head_dim": head_dim,
     }
     try:
-        inflate.run(
+        inflate_check.run(
             src,
             dst,
             draft=draft,

@@ -46,7 +46,7 @@ What is not exact: in bfloat16 each scaled weight is rounded once (relative erro
 factor is a power of two; at 576 -> 4096 (r = 9/64, sqrt(r) = 3/8) and head dim 64 -> 128 those are
 the norm weights, the target's q_proj and the drafter's q_proj, k_proj and q_norm. Sums over the
 longer rows may also be ordered differently by a kernel. In float32 the inflated model's logits match
-the source's to float32 rounding (`compare_targets`); the bfloat16 deviation is measured against the
+the source's to float32 rounding (`inflate_check.compare_targets`); the bfloat16 deviation is measured against the
 source in bfloat16 and recorded beside it.
 
 Worked example (hidden 4 -> 8, one head of dim 2 -> 4, MLP 3 -> 5, 1 -> 2 layers): the embedding row
@@ -58,6 +58,7 @@ v_proj and gate_proj read zeros from the real columns, so layer 1 adds 0 to the 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -65,7 +66,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,13 @@ class Shape:
         layer = 2 * hidden * q_width + 2 * hidden * kv_width + 3 * hidden * self.intermediate_size + 2 * hidden
         return 2 * vocab_size * hidden + self.num_layers * layer + hidden
 
+    def describe(self) -> str:
+        """E.g. "hidden 4096, intermediate 14336, 32 layers, 32/8 heads of 128"."""
+        return (
+            f"hidden {self.hidden_size}, intermediate {self.intermediate_size}, {self.num_layers} layers, "
+            f"{self.num_heads}/{self.num_kv_heads} heads of {self.head_dim}"
+        )
+
     def kv_bytes_per_token(self, itemsize: int = 2) -> int:
         """Keys and values of every layer for one token."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * itemsize
@@ -143,7 +151,7 @@ def check_shape(source: Shape, shape: Shape) -> None:
         if new < old:
             raise InflationError(f"{name} {new} is smaller than the source's {old}")
     if shape == source:
-        raise InflationError(f"the shape equals the source's ({_describe(source)}): nothing to inflate")
+        raise InflationError(f"the shape equals the source's ({source.describe()}): nothing to inflate")
     if shape.num_heads % shape.num_kv_heads:
         raise InflationError(f"{shape.num_kv_heads} KV heads do not divide {shape.num_heads} query heads")
     if source.num_heads % source.num_kv_heads:
@@ -164,13 +172,6 @@ def check_shape(source: Shape, shape: Shape) -> None:
             f"head_dim {shape.head_dim} is not a multiple of the source's {source.head_dim}: RoPE pairs would "
             f"change frequency"
         )
-
-
-def _describe(shape: Shape) -> str:
-    return (
-        f"hidden {shape.hidden_size}, intermediate {shape.intermediate_size}, {shape.num_layers} layers, "
-        f"{shape.num_heads}/{shape.num_kv_heads} heads of {shape.head_dim}"
-    )
 
 
 @dataclass(frozen=True)
@@ -306,9 +307,6 @@ class _Weights:
     def __contains__(self, name: str) -> bool:
         return name in self._where
 
-    def names(self) -> list[str]:
-        return list(self._where)
-
     def __getitem__(self, name: str) -> torch.Tensor:
         if name not in self._where:
             raise InflationError(f"the source has no tensor {name}")
@@ -331,7 +329,7 @@ class Inflation:
     kv_bytes_per_token: int  # bfloat16 keys and values of every layer (targets; 0 for drafters)
     rounded: tuple[str, ...]  # scaled weights rounded once in `dtype` (none in float32)
     reference: dict[str, Any] | None = None  # the real model of a preset, beside this one
-    check: dict[str, Any] | None = field(default=None)  # name -> compare_targets' result, when asked for
+    check: dict[str, Any] | None = None  # name -> compare_targets' result, when asked for
 
 
 def _plan(names_and_shapes: list[tuple[str, tuple[int, ...]]], itemsize: int) -> list[list[str]]:
@@ -497,7 +495,7 @@ def inflate_target(
     (the same inflation is returned as it is). The folder is built beside `dst_dir` and renamed into place.
     """
     src = Path(src_dir).resolve()
-    config = _read_config(src)
+    config = read_config(src)
     if config.get("model_type") != "llama":
         raise InflationError(f"{src} is a {config.get('model_type')!r} model; only Llama targets are inflated")
     for key in ("attention_bias", "mlp_bias"):
@@ -507,23 +505,13 @@ def inflate_target(
         raise InflationError(f"{src} rotates part of each head (partial_rotary_factor); not inflated")
     layout = Layout(Shape.of(config), shape)
     check_shape(layout.source, shape)
-    record = Inflation(
-        role="target",
-        source=str(src),
-        source_shape=asdict(layout.source),
-        shape=asdict(shape),
-        dtype=str(dtype).removeprefix("torch."),
-        device=str(torch.device(device)),
-        seed=seed,
-        parameters=0,
-        kv_bytes_per_token=shape.kv_bytes_per_token(),
-        rounded=_rounded(layout, dtype, drafter=False),
-        reference=asdict(reference) if reference else None,
+    record = _record("target", src, layout, dtype, device, seed)
+    record = dataclasses.replace(
+        record, kv_bytes_per_token=shape.kv_bytes_per_token(), reference=asdict(reference) if reference else None
     )
 
-    def build(staging: Path) -> Inflation:
+    def specs_of(build: _Builder) -> _Specs:
         weights = _Weights(src)
-        build = _builder(device, dtype, seed)
         tied = "lm_head.weight" not in weights
         hidden, tail, vocab = layout.real_hidden(), layout.tail_hidden(), int(config["vocab_size"])
         width = (vocab, shape.hidden_size)
@@ -534,28 +522,12 @@ def inflate_target(
             lambda: build.matrix(width, weights[embed], torch.arange(vocab), hidden, zeros=((None, tail),)),
         )
         _layers(specs, "model.layers.", weights, layout, build, drafter=False)
-        specs["model.norm.weight"] = (
-            (shape.hidden_size,),
-            lambda: build.vector(
-                shape.hidden_size, weights["model.norm.weight"], hidden, math.sqrt(layout.residual_ratio)
-            ),
-        )
+        specs["model.norm.weight"] = _norm_spec(build, weights["model.norm.weight"], layout)
         head = embed if tied else "lm_head.weight"
         specs["lm_head.weight"] = (width, lambda: build.matrix(width, weights[head], torch.arange(vocab), hidden))
-        parameters = _write(staging, specs, dtype, progress)
-        new = (
-            config
-            | _shape_config(shape)
-            | {
-                "rms_norm_eps": float(config["rms_norm_eps"]) * layout.residual_ratio,
-                "tie_word_embeddings": False,
-            }
-        )
-        _set_dtype(new, dtype)
-        _finish(src, staging, new)
-        return Inflation(**(asdict(record) | {"parameters": parameters, "rounded": record.rounded}))
+        return specs
 
-    return _into_place(dst_dir, record, build)
+    return _inflate(src, dst_dir, config, record, specs_of, {"tie_word_embeddings": False}, progress)
 
 
 def inflate_drafter(
@@ -578,7 +550,7 @@ def inflate_drafter(
     target's hidden states and uses its embedding and lm_head, and proposes the source's blocks.
     """
     src = Path(src_dir).resolve()
-    config = _read_config(src)
+    config = read_config(src)
     if config.get("attention_bias"):
         raise InflationError(f"{src} has attention_bias; biases are not inflated")
     source = Shape.of(config)
@@ -586,52 +558,68 @@ def inflate_drafter(
     shape = target.replace(num_layers=layers)
     layout = Layout(source, shape)
     check_shape(source, shape)
-    record = Inflation(
-        role="drafter",
-        source=str(src),
-        source_shape=asdict(source),
-        shape=asdict(shape),
-        dtype=str(dtype).removeprefix("torch."),
-        device=str(torch.device(device)),
-        seed=seed,
-        parameters=0,
-        kv_bytes_per_token=0,
-        rounded=_rounded(layout, dtype, drafter=True),
-    )
+    record = _record("drafter", src, layout, dtype, device, seed)
 
-    def build(staging: Path) -> Inflation:
+    def specs_of(build: _Builder) -> _Specs:
         weights = _Weights(src, strip="model.")
-        build = _builder(device, dtype, seed)
         hidden, tail = layout.real_hidden(), layout.tail_hidden()
         fc = weights["fc.weight"]
         num_features = fc.shape[1] // source.hidden_size
         columns = torch.cat([k * shape.hidden_size + hidden for k in range(num_features)])
         fc_shape = (shape.hidden_size, num_features * shape.hidden_size)
-        norm_scale = math.sqrt(layout.residual_ratio)
         specs: _Specs = {
             "fc.weight": (fc_shape, lambda: build.matrix(fc_shape, fc, hidden, columns, zeros=((tail, columns),))),
-            "hidden_norm.weight": (
-                (shape.hidden_size,),
-                lambda: build.vector(shape.hidden_size, weights["hidden_norm.weight"], hidden, norm_scale),
-            ),
+            "hidden_norm.weight": _norm_spec(build, weights["hidden_norm.weight"], layout),
         }
         _layers(specs, "layers.", weights, layout, build, drafter=True)
-        specs["norm.weight"] = (
-            (shape.hidden_size,),
-            lambda: build.vector(shape.hidden_size, weights["norm.weight"], hidden, norm_scale),
-        )
-        parameters = _write(staging, specs, dtype, progress)
-        new = (
-            config
-            | _shape_config(shape)
-            | {
-                "rms_norm_eps": float(config["rms_norm_eps"]) * layout.residual_ratio,
-                "num_target_layers": target.num_layers,
-            }
-        )
+        specs["norm.weight"] = _norm_spec(build, weights["norm.weight"], layout)
+        return specs
+
+    return _inflate(src, dst_dir, config, record, specs_of, {"num_target_layers": target.num_layers}, progress)
+
+
+def _record(role: str, src: Path, layout: Layout, dtype: torch.dtype, device: str, seed: int) -> Inflation:
+    """What an inflation will write, before its parameters are counted."""
+    return Inflation(
+        role=role,
+        source=str(src),
+        source_shape=asdict(layout.source),
+        shape=asdict(layout.shape),
+        dtype=str(dtype).removeprefix("torch."),
+        device=str(torch.device(device)),
+        seed=seed,
+        parameters=0,
+        kv_bytes_per_token=0,
+        rounded=_rounded(layout, dtype, drafter=role == "drafter"),
+    )
+
+
+def _norm_spec(build: _Builder, weight: torch.Tensor, layout: Layout) -> tuple[tuple[int], Callable[[], torch.Tensor]]:
+    """A residual RMSNorm weight: the source's entries times sqrt(d / D) at the real dims."""
+    size = layout.shape.hidden_size
+    return (size,), lambda: build.vector(size, weight, layout.real_hidden(), math.sqrt(layout.residual_ratio))
+
+
+def _inflate(
+    src: Path,
+    dst_dir: str | Path,
+    config: dict[str, Any],
+    record: Inflation,
+    specs_of: Callable[[_Builder], _Specs],
+    extra_config: dict[str, Any],
+    progress: Callable[[int, int], None] | None,
+) -> tuple[Path, Inflation]:
+    """Write the tensors `specs_of` plans, the config at the new shape (epsilon x d / D, `extra_config`) and
+    the source's other files into `dst_dir`, as `_into_place` does; returns the folder and its record."""
+    shape, dtype = Shape(**record.shape), getattr(torch, record.dtype)
+    ratio = record.source_shape["hidden_size"] / shape.hidden_size
+
+    def build(staging: Path) -> Inflation:
+        parameters = _write(staging, specs_of(_builder(record.device, dtype, record.seed)), dtype, progress)
+        new = config | _shape_config(shape) | {"rms_norm_eps": float(config["rms_norm_eps"]) * ratio} | extra_config
         _set_dtype(new, dtype)
         _finish(src, staging, new)
-        return Inflation(**(asdict(record) | {"parameters": parameters}))
+        return dataclasses.replace(record, parameters=parameters)
 
     return _into_place(dst_dir, record, build)
 
@@ -641,7 +629,8 @@ def _builder(device: str, dtype: torch.dtype, seed: int) -> _Builder:
     return _Builder(target, dtype, torch.Generator(device=target).manual_seed(seed))
 
 
-def _read_config(folder: Path) -> dict[str, Any]:
+def read_config(folder: Path) -> dict[str, Any]:
+    """config.json of a model folder, refused (InflationError) without the sizes inflation reads."""
     path = folder / "config.json"
     if not path.is_file():
         raise InflationError(f"{folder} has no config.json")
@@ -714,73 +703,6 @@ def _into_place(dst_dir: str | Path, record: Inflation, build: Callable[[Path], 
     return dst, done
 
 
-@dataclass(frozen=True)
-class FunctionCheck:
-    """One model against another on the same prompts: teacher-forced logits and greedy continuations."""
-
-    dtype: str  # of the second model (the inflated one)
-    source_dtype: str  # of the first
-    device: str
-    num_prompts: int
-    num_positions: int  # prompt positions whose logits were compared
-    max_abs_logit_diff: float
-    max_rel_logit_diff: float  # max |difference| / max |first model's logit|, over all compared positions
-    top1_agreement: float  # share of positions whose argmax token agrees
-    greedy_tokens: int  # greedy tokens generated per prompt by each model
-    greedy_equal: int  # prompts whose greedy continuations are equal
-
-
-def compare_targets(
-    src_dir: str | Path,
-    dst_dir: str | Path,
-    prompts: list[list[int]],
-    *,
-    dtype: torch.dtype = torch.float32,
-    device: str = "cpu",
-    source_dtype: torch.dtype | None = None,
-    greedy_tokens: int = 32,
-) -> FunctionCheck:
-    """`src_dir` loaded in `source_dtype` (default `dtype`) against `dst_dir` in `dtype`, on `device`.
-
-    compare_targets(src, src, prompts, dtype=torch.bfloat16, source_dtype=torch.float32) measures what
-    bfloat16 alone changes: the yardstick for an inflated model's bfloat16 deviation.
-    """
-    from transformers import AutoModelForCausalLM
-
-    results = []
-    for folder, folder_dtype in ((src_dir, source_dtype or dtype), (dst_dir, dtype)):
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=folder_dtype, attn_implementation="sdpa")
-        model = model.to(device).eval()
-        logits, continuations = [], []
-        with torch.no_grad():
-            for ids in prompts:
-                input_ids = torch.tensor([ids], device=device)
-                logits.append(model(input_ids).logits[0].float().cpu())
-                out = model.generate(
-                    input_ids, max_new_tokens=greedy_tokens, do_sample=False, top_p=None, top_k=None, temperature=None
-                )
-                continuations.append(out[0, len(ids) :].tolist())
-        results.append((logits, continuations))
-        del model
-        if device != "cpu":
-            torch.cuda.empty_cache()
-    (src_logits, src_text), (dst_logits, dst_text) = results
-    source, inflated = torch.cat(src_logits), torch.cat(dst_logits)
-    diff = (source - inflated).abs().max().item()
-    return FunctionCheck(
-        dtype=str(dtype).removeprefix("torch."),
-        source_dtype=str(source_dtype or dtype).removeprefix("torch."),
-        device=device,
-        num_prompts=len(prompts),
-        num_positions=source.shape[0],
-        max_abs_logit_diff=diff,
-        max_rel_logit_diff=diff / source.abs().max().item(),
-        top1_agreement=(source.argmax(-1) == inflated.argmax(-1)).float().mean().item(),
-        greedy_tokens=greedy_tokens,
-        greedy_equal=sum(a == b for a, b in zip(src_text, dst_text, strict=True)),
-    )
-
-
 def resolve_shape(source: Shape, preset: str | None, sizes: dict[str, int | None]) -> tuple[Shape, Reference | None]:
     """The shape asked for: the preset's (or the source's) sizes, with each given size replacing its own."""
     if preset is None:
@@ -789,116 +711,3 @@ def resolve_shape(source: Shape, preset: str | None, sizes: dict[str, int | None
         raise InflationError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     shape, reference = PRESETS[preset]
     return shape.replace(**sizes), reference
-
-
-def check_prompts(folder: Path, num_prompts: int, data_dir: str | None) -> list[list[int]]:
-    """Token ids of the first `num_prompts` GSM8K evaluation prompts, chat-templated by `folder`'s tokenizer."""
-    from transformers import AutoTokenizer
-
-    from ddbench import datasets
-    from ddbench.client import chat_input_ids
-    from ddbench.heldout import EVAL_SIZES
-
-    if num_prompts > EVAL_SIZES["gsm8k"]:
-        raise InflationError(f"--check takes at most {EVAL_SIZES['gsm8k']} prompts (the evaluation split)")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    prompts = datasets.load_prompts("gsm8k", num_prompts, data_dir=data_dir)
-    return [chat_input_ids(tokenizer, datasets.chat_messages(prompt)) for prompt in prompts]
-
-
-def run(
-    src: Path,
-    dst: Path,
-    *,
-    draft: tuple[Path, Path] | None,
-    preset: str | None,
-    sizes: dict[str, int | None],
-    draft_layers: int | None,
-    device: str,
-    dtype: str,
-    seed: int,
-    check: int,
-    data_dir: str | None,
-    console: Any,
-    progress: Callable[[], Any],
-) -> tuple[Inflation, Inflation | None]:
-    """`ddbench testbed inflate`: inflate the target (and the drafter), check, print a table of sizes."""
-    import time
-
-    from rich.table import Table
-
-    if dtype not in ("bfloat16", "float32"):
-        raise InflationError(f"--dtype must be bfloat16 or float32, got {dtype!r}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InflationError("--device cuda, but torch sees no CUDA device")
-    weights_dtype = getattr(torch, dtype)
-    shape, reference = resolve_shape(Shape.of(_read_config(Path(src))), preset, sizes)
-    started = time.perf_counter()
-    with progress() as bars:
-        advance = _advance(bars, "target tensors")
-        target_dir, target = inflate_target(
-            src, dst, shape, device=device, dtype=weights_dtype, seed=seed, reference=reference, progress=advance
-        )
-        drafter = None
-        if draft is not None:
-            advance = _advance(bars, "drafter tensors")
-            _, drafter = inflate_drafter(
-                draft[0],
-                draft[1],
-                target=shape,
-                num_layers=draft_layers,
-                device=device,
-                dtype=weights_dtype,
-                seed=seed,
-                progress=advance,
-            )
-    seconds = time.perf_counter() - started
-    if check:
-        prompts = check_prompts(Path(src), check, data_dir)
-        checks = {"inflated": asdict(compare_targets(src, target_dir, prompts, dtype=weights_dtype, device=device))}
-        if weights_dtype != torch.float32:  # the yardstick: what bfloat16 alone does to the source
-            yardstick = compare_targets(
-                src, src, prompts, dtype=weights_dtype, source_dtype=torch.float32, device=device
-            )
-            checks["source_vs_float32"] = asdict(yardstick)
-        target = Inflation(**(asdict(target) | {"check": checks}))
-        write_inflation(target_dir, target)
-    table = Table(title=f"inflated in {seconds:.1f} s ({dtype}, {device})")
-    for column in ("model", "shape", "parameters", "KV bytes / token"):
-        table.add_column(column)
-    table.add_row("source", _describe(Shape(**target.source_shape)), "", "")
-    table.add_row("target", _describe(shape), f"{target.parameters:,}", f"{target.kv_bytes_per_token:,}")
-    if reference is not None:
-        ratio = target.parameters / reference.parameters
-        table.add_row(
-            reference.name,
-            f"(preset {preset})",
-            f"{reference.parameters:,} ({ratio:.1%} of it)",
-            f"{reference.kv_bytes_per_token:,}",
-        )
-    if drafter is not None:
-        table.add_row("drafter", _describe(Shape(**drafter.shape)), f"{drafter.parameters:,}", "")
-    console.print(table)
-    if target.rounded:
-        console.print(f"rounded once in {dtype}: {', '.join(target.rounded)}")
-    for name, c in (target.check or {}).items():
-        console.print(
-            f"{name}: {c['dtype']} against the source in {c['source_dtype']} on {c['num_prompts']} GSM8K evaluation "
-            f"prompts ({c['device']}): max |logit diff| {c['max_abs_logit_diff']:.3g} ({c['max_rel_logit_diff']:.2e} "
-            f"relative), top-1 agreement {c['top1_agreement']:.4f}, greedy {c['greedy_tokens']} tokens equal on "
-            f"{c['greedy_equal']} of {c['num_prompts']}"
-        )
-    console.print(str(target_dir))
-    return target, drafter
-
-
-def _advance(bars: Any, description: str) -> Callable[[int, int], None]:
-    """A progress callback (done, total) that draws one bar on the sweep's Rich progress."""
-    state: dict[str, Any] = {}
-
-    def advance(done: int, total: int) -> None:
-        if "step" not in state:
-            state["step"] = bars.counter(description, total)
-        state["step"]()
-
-    return advance

@@ -19,11 +19,11 @@ from ddbench.inflate import (
     InflationError,
     Layout,
     Shape,
-    compare_targets,
     inflate_drafter,
     inflate_target,
     read_inflation,
 )
+from ddbench.inflate_check import check_prompts, compare_targets
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
 
@@ -300,7 +300,7 @@ def test_testbed_pair_inflated(tmp_path, testbed_target, data_dir):
     ddst, _ = inflate_drafter(
         testbed.DRAFTER_DIR, tmp_path / "drafter", target=shape, num_layers=3, dtype=torch.float32
     )
-    prompts = inflate.check_prompts(testbed_target, 2, str(data_dir))
+    prompts = check_prompts(testbed_target, 2, str(data_dir))
     assert testbed.is_testbed_drafter(ddst)  # sweeps of the inflated pair keep to the held-out prompts
     check = compare_targets(testbed_target, dst, prompts, greedy_tokens=12)
     assert check.max_rel_logit_diff < 1e-4 and check.top1_agreement == 1.0 and check.greedy_equal == 2
