@@ -4,15 +4,18 @@
 that does not answer, is no SGLang-compatible `/generate` server, or serves another method than its
 label says; it also refuses a fleet whose servers run different engines, targets, drafters or drafter
 blocks, since their cells would not be comparable. `Fleet.pools` then gives each pending cell its pool:
-every server of the cell's method that can serve it (remote.RemoteServer.refusal: a DDTREE server serves
-every budget up to its own, through per-request custom_params). The pool's servers share the cell's
+the servers of the cell's method that can serve it (remote.RemoteServer.refusal: a DDTREE server serves
+every budget up to its own, through per-request custom_params) and, among DDTREE servers, only the
+narrowest of them: a server verifies at its own width (budget + 1), so a budget-15 cell sent to a
+budget-255 server would measure that server's rounds, not budget 15's. The pool's servers share the cell's
 requests round robin; a router URL is one server here. A cell no server can serve is refused before any
 cell runs. ddbench never starts, stops or reconfigures these servers.
 
 Example: --url ar=http://a:30000,dflash=http://b:30000,http://c:30000,http://d:30000 where c and d report
-DDTREE with ddtree_budget 32 and 64: an AR cell's pool is (a), a DDTree b16 cell's (c, d), a b64 cell's
-(d) alone; a b128 cell is refused: "no URL serves gsm8k__ddtree-b128-dauto-dt1__t0__c1 (http://c:30000:
-budget 128 > 32; http://d:30000: budget 128 > 64)".
+DDTREE with ddtree_budget 32 and 64: an AR cell's pool is (a), a DDTree b16 or b32 cell's (c), the
+narrower of the two (with a second budget-32 server e: (c, e)), a b64 cell's (d) alone; a b128 cell is
+refused: "no URL serves gsm8k__ddtree-b128-dauto-dt1__t0__c1 (http://c:30000: budget 128 > 32;
+http://d:30000: budget 128 > 64)".
 """
 
 from __future__ import annotations
@@ -106,7 +109,12 @@ class Fleet:
         return {cell: Pool(self._able(cell)) for cell in cells}
 
     def _able(self, cell: Cell) -> tuple[RemoteServer, ...]:
-        return tuple(server for server in self.servers if server.refusal(cell) is None)
+        """The servers that serve `cell`; for a DDTree cell only those of the smallest width among them."""
+        able = [server for server in self.servers if server.refusal(cell) is None]
+        if cell.method == "ddtree" and able:
+            narrowest = min(server.max_budget for server in able)
+            able = [server for server in able if server.max_budget == narrowest]
+        return tuple(able)
 
     def to_manifest(self) -> list[dict[str, Any]]:
         return [server.to_dict() for server in self.servers]

@@ -417,3 +417,18 @@ def test_warm_up_reaches_every_url(monkeypatch):
     config = build_config({"model": "m", "draft": "d"}, {})
     client.warm_up_cell(config, Cell("gsm8k", "ar", None, None, None, 0.0, 1), ["http://a:1", "http://b:1"], inputs)
     assert sorted((url, params["max_new_tokens"]) for url, params in sent) == [("http://a:1", 4), ("http://b:1", 8)]
+
+
+def test_a_ddtree_cell_goes_to_the_narrowest_servers_that_serve_it():
+    answer = ANSWERS["sglang-ddtree"]
+
+    def ddtree(host, budget):
+        info = {**answer["server_info"], "ddtree_budget": budget, "ddtree_top_k": budget}
+        return remote.describe(f"http://{host}:1", answer["model_info"], info)
+
+    fleet = Fleet((ddtree("c", 32), ddtree("d", 64), ddtree("e", 32)))
+    cells = [Cell("gsm8k", "ddtree", budget, None, 1.0, 0.0, 1, False) for budget in (16, 32, 33, 64)]
+    pools = fleet.pools(cells)
+    assert [pools[cell].urls for cell in cells] == [
+        ("http://c:1", "http://e:1"), ("http://c:1", "http://e:1"), ("http://d:1",), ("http://d:1",)
+    ]  # fmt: skip
