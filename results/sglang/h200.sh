@@ -56,6 +56,12 @@
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
 #   big         the testbed pair inflated to Llama-3.1-8B's shape (ddbench testbed inflate --preset llama3-8b, on the
 #               GPU), its bf16 check against the source, then configs/testbed8b-h200.toml (BIG_ARGS: extra flags)
+#   resident8b  the inflated pair on resident servers: AR, DFLASH and DDTree at verify widths 16, 64 and 256 started
+#               once, side by side in the GPU's memory (each its weights and ~5 GB of KV), then `ddbench sweep --url`
+#               (configs/testbed8b-h200-resident.toml): 1 in flight (32 prompts), 4 and 16 (64), three interleaved
+#               passes; `nvidia-smi pmon` samples each process's SM use meanwhile (only the measured server works);
+#               last, with the b63 and b255 servers stopped, AR, DFLASH and b15 on GSM8K again (one pass): do idle
+#               servers beside the measured one change its numbers?
 #   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
 #               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
 #               tokens in the batch: a B x W-token verify reads the weights a (B x W)-token decode step reads
@@ -319,6 +325,59 @@ sweeps)
         python3 -m ddbench sweep --config testbed8b-h200 --model "$B/target" --draft "$B/drafter" --data-dir "$W/data" \
           --out "$W/runs/8b" ${BIG_ARGS:-}
         echo "8b rc=$?" >> "$W/done" ;;
+      resident8b)
+        B=$W/big R=$W/runs/8b-resident
+        mkdir -p "$R/logs"
+        [ -f "$B/target/config.json" ] || python3 -m ddbench testbed inflate "$T" "$B/target" --draft "$DRAFT" "$B/drafter" \
+          --preset llama3-8b --device cuda --check 8 --data-dir "$W/data" > "$R/inflate-8b.log" 2>&1
+        resident() {  # resident NAME PORT AR|DFLASH|DDTREE BUDGET: a server that stays up. SGLang sizes its weights + KV
+          # as mem_fraction_static x the memory free when it starts, so the fraction is set from what is free now; it
+          # returns once the server's memory is placed (its first CUDA graph captured), so the next one sees it all
+          local name=$1 port=$2 algo=$3 budget=$4 need=19 spec=() launch=(python3 -m sglang.launch_server)
+          [ "$algo" = AR ] || { need=21; spec=(--speculative-algorithm "$algo" --speculative-draft-model-path "$B/drafter"); }
+          [ "$algo" = DDTREE ] && launch=(python3 -m ddtree_core.sglang.launch_server)
+          local free frac
+          free=$(nvidia-smi -i "$GPU" --query-gpu=memory.free --format=csv,noheader,nounits)
+          frac=$(python3 -c "print(min(0.9, round($need * 1024 / $free, 3)))")
+          nvidia-smi > "$R/logs/nvidia-smi-before-$name.txt"
+          CUDA_VISIBLE_DEVICES=$GPU SGLANG_DDTREE_BUDGET=$budget SGLANG_DDTREE_DRAFT_TEMPERATURE=1.0 setsid "${launch[@]}" \
+            --model-path "$B/target" "${spec[@]}" --host 127.0.0.1 --port "$port" --attention-backend triton \
+            --sampling-backend pytorch --grammar-backend none --cuda-graph-max-bs 16 --disable-prefill-cuda-graph \
+            --mem-fraction-static "$frac" > "$R/logs/$name.log" 2>&1 &
+          echo "$name $!" >> "$R/pids"
+          until grep -qi "cuda graph end" "$R/logs/$name.log"; do sleep 2; kill -0 $! 2> /dev/null || return 1; done
+        }
+        urls=ar=http://127.0.0.1:12400,dflash=http://127.0.0.1:12300
+        resident ddtree-b255 12000 DDTREE 255 && resident ddtree-b63 12100 DDTREE 63 && resident ddtree-b15 12200 DDTREE 15 \
+          && resident dflash 12300 DFLASH 0 && resident ar 12400 AR 0 || echo "resident: a server did not start"
+        for port in 12000 12100 12200 12300 12400; do  # up to 10 minutes for the slowest (Triton compiles)
+          timeout 600 bash -c "until python3 -c \"import httpx, sys; sys.exit(httpx.get('http://127.0.0.1:$port/health').status_code != 200)\" \
+            2> /dev/null; do sleep 3; done" || echo "resident: no server on $port"
+          [ "$port" -le 12200 ] && urls=$urls,ddtree=http://127.0.0.1:$port
+        done
+        nvidia-smi > "$R/logs/nvidia-smi-resident.txt"
+        for port in 12000 12100 12200 12300 12400; do  # what each says of itself (ddbench.remote reads these)
+          for path in model_info server_info; do
+            python3 -c "import httpx; print(httpx.get('http://127.0.0.1:$port/$path').text)" > "$R/logs/$path-$port.json"
+          done
+        done
+        nvidia-smi pmon -i "$GPU" -s u -d 1 > "$R/logs/pmon.log" 2>&1 &
+        PMON=$!
+        resweep() {  # resweep NAME ARGS..: the resident config against running servers
+          local name=$1; shift
+          python3 -m ddbench sweep --config testbed8b-h200-resident --data-dir "$W/data" --out "$R/$name" "$@"
+          echo "8b-resident $name rc=$?" >> "$W/done"
+        }
+        resweep c1 --url "$urls" --concurrency 1 --num-prompts 32
+        resweep load --url "$urls"
+        kill "$PMON"
+        # with the b63 and b255 servers stopped: do two fewer idle servers change AR's, DFLASH's and b15's cells?
+        while read -r name pid; do case $name in ddtree-b63|ddtree-b255) kill -- -"$pid" 2> /dev/null ;; esac; done < "$R/pids"
+        sleep 10 && nvidia-smi > "$R/logs/nvidia-smi-three.txt"
+        three=(--url "${urls%%,ddtree=*},ddtree=http://127.0.0.1:12200" --budgets 15 --datasets gsm8k --repeats 1)
+        resweep three-c1 "${three[@]}" --concurrency 1 --num-prompts 32
+        resweep three-load "${three[@]}" --concurrency 16
+        while read -r name pid; do kill -- -"$pid" 2> /dev/null; done < "$R/pids" ;;
       *) echo "unknown job $job" ;;
       esac
     done
