@@ -315,6 +315,9 @@ def test_a_server_dying_mid_sweep_costs_its_cells_and_a_rerun_resumes(tiny_pair,
         ("sglang-ar", ("ar", "sglang", None, None, None)),
         ("sglang-dflash", ("dflash", "sglang", 16, None, None)),
         ("sglang-ddtree", ("ddtree", "sglang", 16, 63, 15)),
+        ("sglang-live-ar", ("ar", "sglang", None, None, None)),
+        ("sglang-live-dflash", ("dflash", "sglang", 16, None, None)),
+        ("sglang-live-ddtree", ("ddtree", "sglang", 16, 63, 15)),
     ],
 )
 def test_describe_recorded_answers(name, expected):
@@ -432,3 +435,11 @@ def test_a_ddtree_cell_goes_to_the_narrowest_servers_that_serve_it():
     assert [pools[cell].urls for cell in cells] == [
         ("http://c:1", "http://e:1"), ("http://c:1", "http://e:1"), ("http://d:1",), ("http://d:1",)
     ]  # fmt: skip
+
+
+def test_the_reconstructed_sglang_answer_reports_what_a_live_server_did():
+    def ddtree_keys(name):
+        return {k: v for k, v in ANSWERS[name]["server_info"].items() if k.startswith("ddtree_") or k == "version"}
+
+    assert ddtree_keys("sglang-ddtree") == ddtree_keys("sglang-live-ddtree")
+    assert ANSWERS["sglang-live-ddtree"]["server_info"]["speculative_num_draft_tokens"] == 64
