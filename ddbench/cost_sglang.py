@@ -5,7 +5,7 @@
 
 Input: the result file of `python -m sglang.benchmark.one_batch --load-format dummy --batch-size n1 n2 ...
 --input-len P --output-len O --result-filename F` (random weights, nothing downloaded; the `cost-sglang` job
-of results/sglang/h200.sh): one JSON line per batch size n with its median decode step
+of scripts/h200.sh): one JSON line per batch size n with its median decode step
 (`median_decode_latency`, seconds, CUDA graphs on up to --cuda-graph-max-bs).
 
 A verify step of B requests x T tokens multiplies the same weights as a decode step of n = B x T tokens: all

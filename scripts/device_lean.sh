@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A device call carries the checkout's tracked files (allocated sizes, 4 KiB blocks) with what it names in
 # `carry`, 64 MiB in all; .git does not count. The results data (about 36 MiB) leaves little room for the
-# pieces of results/sglang/pack_device.sh. `drop` takes the results folders out of the index and ignores
+# pieces of scripts/pack_device.sh. `drop` takes the results folders out of the index and ignores
 # them (the files stay on disk), so that a device session carries about 17 MiB of checkout and pieces of
 # 44 MiB; `restore` puts the index and .git/info/exclude back. Run `restore` before any commit.
 #   bash scripts/device_lean.sh drop | restore | status

@@ -1,4 +1,4 @@
-"""results/sglang/h200.sh job dispatch, with a stand-in python3 that logs its arguments: every job that only
+"""scripts/h200.sh job dispatch, with a stand-in python3 that logs its arguments: every job that only
 waits and sweeps must finish, and run the sweeps it names (a job that hangs spends GPU time on nothing)."""
 
 import os
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "results" / "sglang" / "h200.sh"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "h200.sh"
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def run_jobs(tmp_path, env, *jobs, queues="1"):
     work = tmp_path / "w"
     work.mkdir(exist_ok=True)
     (work / "queues").write_text(queues)
-    done = subprocess.run(["bash", str(SCRIPT), "sweeps", *jobs], env=env, cwd=SCRIPT.parents[2],
+    done = subprocess.run(["bash", str(SCRIPT), "sweeps", *jobs], env=env, cwd=SCRIPT.parents[1],
                           capture_output=True, text=True, timeout=30)  # fmt: skip
     calls = (tmp_path / "calls.log").read_text().splitlines() if (tmp_path / "calls.log").exists() else []
     return done, calls, (work / "done").read_text().splitlines()
@@ -66,7 +66,7 @@ def test_ab_sweeps_with_and_without_prefill_graphs_and_kernels_take_the_impls(st
     assert set(sweeps) == {"ab-prefill-graph", "ab-no-prefill-graph"}
     assert "--disable-prefill-cuda-graph" in sweeps["ab-no-prefill-graph"]
     assert "--disable-prefill-cuda-graph" not in sweeps["ab-prefill-graph"]
-    assert any(c.startswith("results/sglang/log_rounds.py --summary 1,16") for c in calls)
+    assert any(c.startswith("scripts/log_rounds.py --summary 1,16") for c in calls)
     assert "ab rc=0" in finished
     assert any(c.startswith("-m ddbench.kernel_bench") and "--impls triton" in c for c in calls)
     assert finished[-1] == "all-0"

@@ -1,4 +1,4 @@
-"""results/sglang/kv_leak.py: parsing SGLang's /v1/loads, the request plan, and the whole check against a
+"""scripts/kv_leak.py: parsing SGLang's /v1/loads, the request plan, and the whole check against a
 stand-in server (stdlib HTTP) that answers the four endpoints and keeps or leaks KV tokens on request."""
 
 import importlib.util
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "results" / "sglang" / "kv_leak.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "kv_leak.py"
 spec = importlib.util.spec_from_file_location("kv_leak", SCRIPT)
 kv_leak = sys.modules.setdefault("kv_leak", importlib.util.module_from_spec(spec))  # dataclasses look it up
 spec.loader.exec_module(kv_leak)

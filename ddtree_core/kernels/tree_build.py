@@ -41,7 +41,7 @@ order check's and the append's loads), and step 4 and the next level's parents c
 in registers (`_first_bound`), not from two passes over the pool. On an H200 (results/kernels/h200-2026-12-01h,
 call 1) it took the build kernel from 23.4 to 22.1 us and the round from 50.6 to 49.3 us at batch 1, budget 256
 (default drafts); compiled for sm_90a at budget 256 the kernel takes 255 registers against 203, without spills
-(results/kernels/h200-2026-12-01d/ptxas_stats.py; one program of 8 warps per SM either way). SORTED_BOUND (a launch
+(ptxas resource usage, h200-2026-12-01d; one program of 8 warps per SM either way). SORTED_BOUND (a launch
 key, off until timed) does the same for a later level appended by one sort (`_sorted_bound`): its bound and parents
 from the sort's registers; the earlier levels' keys are read only when the bound's fine bucket moves (for sm_90a at
 budget 256 also 255 registers, no spills).
@@ -82,7 +82,7 @@ flat tree (uniform drafts) stops after a level or two.
 The build by deviations (TAILS, a launch key, on by default up to budget 256; `_tail_build`). A deep tree is mostly
 chains of rank-0 steps: every node is a head (the root, or a child of rank >= 1) followed by t >= 0 steps of rank 0,
 and in CPU draws like the kernel benchmark's drafts (randn x 4 and x 12; one request at budget 256, four at 64;
-results/kernels/h200-2026-12-01b/cpu_counts.py) no tree node has more than two heads below the root, while the
+results/kernels/h200-2026-12-01b) no tree node has more than two heads below the root, while the
 level build takes one level per depth (11 at batch 1, budget 256 on the chain-like drafts). So TAILS takes levels of
 deviations: level 0 is the chain; level k + 1 is every child of rank >= 1 of a level-k node below the bound (a
 prefix of each parent's ranks, `_tail_heads`), each with its chain of rank 0 down to where the key reaches the
@@ -111,7 +111,7 @@ against 165.0 us), and on chain-like ones, a confident drafter's (DFlash's accep
 16), it takes the round from 209.4 to 194.9 us there and from 105.5 to 83.9 at batch 1, budget 256; its price is
 about 2 us at batch 1 on the default drafts (48.1 against 50.2 at budget 256): 1 us in level 0's stamps, which
 hold the wide-drafts test (h200-2026-12-01c call 1), though not in its loads' latency (h200-2026-12-01d call 3), and
-no spills (ptxas_stats.py there); about 1 us of it is the level build compiled inside the larger kernel (a called
+no spills (ptxas resource usage); about 1 us of it is the level build compiled inside the larger kernel (a called
 `_tail_build`, h200-2026-12-01e call 1: 49.3 against 50.3 us, dropped since the call cost TAILS 6-12 us at batch 64).
 At batches 8 and 32 (h200-2026-12-01e call 4) TAILS costs the default drafts 0.5-3.6 us and saves chain-like ones
 15-42. Above budget 256 it is untimed, so off.

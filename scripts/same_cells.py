@@ -1,7 +1,7 @@
 """How many requests two ddbench cells answered alike: identical output ids, and equal SGLang
 `spec_accept_length` (the request's mean acceptance length).
 
-    python results/sglang/same_cells.py chain/cells/gsm8k__dflash__t0__c1.jsonl.gz \
+    python scripts/same_cells.py chain/cells/gsm8k__dflash__t0__c1.jsonl.gz \
         chain/cells/gsm8k__ddtree-b15-dauto-dt1-chain__t0__c1.jsonl.gz
 
 Requests are matched on (prompt index, turn). A tree that holds the chain at budget = depth is DFLASH's

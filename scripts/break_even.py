@@ -1,6 +1,6 @@
 """The acceptance gain DDTree needs to match DFLASH, per budget and concurrency, from a projection.csv.
 
-    python results/projection/break_even.py results/projection/rtx-pro-6000-qwen3-8b/projection.csv
+    python scripts/break_even.py results/projection/rtx-pro-6000-qwen3-8b/projection.csv
 
 Tokens/s = B x tau / round, so DDTree at budget N ties DFLASH when tau(N) / tau(DFlash) equals
 round(N) / round(DFlash): the ratio of the projected rounds (draft + tree + verify), which depends on the

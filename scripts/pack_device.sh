@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Pack what the GPU machine needs beside the checkout (the SGLang bundle, the testbed GGUF, the datasets)
 # into .device/p1/g, p2/g, ...: one piece per device call, each call under 64 MiB with this checkout
-# (tracked and untracked-not-ignored files travel too). results/sglang/h200.sh joins and unpacks them.
-#   bash results/sglang/pack_device.sh SmolLM2-135M-Instruct.Q4_1.gguf [DATA_DIR]   (rerun when the checkout grows)
-#   bash results/sglang/pack_device.sh --check    exit 1 unless every piece still fits beside the checkout
+# (tracked and untracked-not-ignored files travel too). scripts/h200.sh joins and unpacks them.
+#   bash scripts/pack_device.sh SmolLM2-135M-Instruct.Q4_1.gguf [DATA_DIR]   (rerun when the checkout grows)
+#   bash scripts/pack_device.sh --check    exit 1 unless every piece still fits beside the checkout
 #                                                  (run it before the first device call: a refused call costs time)
 # Pack and call with the results data out of the index (scripts/device_lean.sh drop, then restore):
 # three pieces instead of fourteen.

@@ -1,7 +1,7 @@
 """KV-leak check of a running SGLang server: after a load, the KV tokens in use return to their idle value.
 
-    python results/sglang/kv_leak.py --url http://127.0.0.1:30000            # 500 requests, 16 at a time
-    python results/sglang/kv_leak.py --url ... --abort-fraction 0.1          # also drop some streams early
+    python scripts/kv_leak.py --url http://127.0.0.1:30000            # 500 requests, 16 at a time
+    python scripts/kv_leak.py --url ... --abort-fraction 0.1          # also drop some streams early
 
 It flushes the radix cache (POST /flush_cache), reads the KV usage once the server is idle, sends the
 requests (random short text prompts, or --input-ids), waits until the server is idle again, reads the

@@ -1,6 +1,6 @@
 """Wall time per speculative round of each cell of a ddbench summary.csv.
 
-    python results/sglang/round_time.py results/sglang/h200-2026-11-29/parity-p1/summary.csv
+    python scripts/round_time.py results/sglang/h200-2026-11-29/parity-p1/summary.csv
 
 ms per round = wall_s x concurrency / rounds, rounds = completion_tokens / acceptance_length (pooled tau,
 bonus included): the time one request waits per round, HTTP and scheduling included. AR rounds are tokens.

@@ -1,8 +1,8 @@
 """Decode rounds of a live SGLang server under load, traced with the torch profiler or not.
 
-    python results/sglang/trace_rounds.py --url http://127.0.0.1:31000 --out DIR --prefix ddtree-b15 \
+    python scripts/trace_rounds.py --url http://127.0.0.1:31000 --out DIR --prefix ddtree-b15 \
         --data-dir DATA --concurrency 1,16 --steps 12          # traces DIR/PREFIX-c{c}-*.trace.json.gz
-    python results/sglang/trace_rounds.py ... --steps 0 --repeat 4   # load only: time rounds from the server log
+    python scripts/trace_rounds.py ... --steps 0 --repeat 4   # load only: time rounds from the server log
 
 For each concurrency c, --repeat bursts of c GSM8K chat requests (greedy, ignore_eos, --max-tokens each)
 are sent at once; their texts go to DIR/PREFIX-outputs.jsonl (one line per request: concurrency, burst,
@@ -10,7 +10,7 @@ prompt index, text), so two servers' greedy outputs can be compared. A warm-up b
 concurrency first compiles what the batch size needs. With --steps N > 0, --delay s into the first burst
 POST /start_profile records N scheduler steps with CPU and GPU activity and Python stacks; a trace that
 has not appeared 60 s after the burst is stopped with /stop_profile. Summaries: python -m
-ddbench.trace_summary; round times from the server's own log: results/sglang/log_rounds.py.
+ddbench.trace_summary; round times from the server's own log: scripts/log_rounds.py.
 """
 
 import argparse

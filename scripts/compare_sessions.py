@@ -6,7 +6,7 @@ Printed: when each server's cells ran, tokens/s and tau of both runs per (datase
 check / campaign per setting, and the faster of b127 / b255 against DFLASH and AR in each run. Run from the
 repository root:
 
-    python results/sglang/compare_sessions.py
+    python scripts/compare_sessions.py
 """
 
 import argparse

@@ -1,14 +1,14 @@
 """Round times from SGLang's own decode log lines (server logs, plain or .gz).
 
-    python results/sglang/log_rounds.py results/sglang/h200-2026-11-29b/trace/trace-*.log.gz
-    python results/sglang/log_rounds.py --summary 1,16 results/sglang/h200-2026-11-30/rounds/rounds-*.log.gz
+    python scripts/log_rounds.py results/sglang/h200-2026-11-29b/trace/trace-*.log.gz
+    python scripts/log_rounds.py --summary 1,16 results/sglang/h200-2026-11-30/rounds/rounds-*.log.gz
 
 With --summary R1,R2,..: per log, the median ms per round over the lines with exactly R running
 requests (and the interquartile range and line count); lines above 20 ms (a prefill or a CUDA-graph
 capture inside the interval) are left out, or above MS with --max-ms MS (an 8B target's rounds at 16
 running take more than 20 ms):
 
-    python results/sglang/log_rounds.py --max-ms 200 --summary 1,16 results/sglang/testbed8b-h200-2026-12-02/logs/*
+    python scripts/log_rounds.py --max-ms 200 --summary 1,16 results/sglang/testbed8b-h200-2026-12-02/logs/*
 
 Every `Decode batch` line reports the running requests, the mean accept length (tokens per round,
 bonus included; absent for AR, which emits one token a step) and the generation throughput over the

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # SGLang 0.5.15 + the DDTREE plugin with the testbed pair on one H200, in stages. The machine's /tmp
 # lasts only while it stays up, and one call carries at most 64 MiB, so the SGLang bundle, the GGUF and
-# the datasets travel as one tar in pieces, one per call (.device/p1, p2, ...: results/sglang/pack_device.sh).
-#   bash results/sglang/h200.sh setup        the first piece; the GPUs' names
-#   bash results/sglang/h200.sh carry        the piece this call carries
-#   bash results/sglang/h200.sh serve [JOB..] the last piece: join and unpack, install SGLang, check the GGUF,
+# the datasets travel as one tar in pieces, one per call (.device/p1, p2, ...: scripts/pack_device.sh).
+#   bash scripts/h200.sh setup        the first piece; the GPUs' names
+#   bash scripts/h200.sh carry        the piece this call carries
+#   bash scripts/h200.sh serve [JOB..] the last piece: join and unpack, install SGLang, check the GGUF,
 #                                            prepare the target, start the jobs (setsid)
-#   bash results/sglang/h200.sh restart [JOB..]  stop all jobs, take this call's ddtree_core/ddbench, resume
-#   bash results/sglang/h200.sh wait SECS    wait for the jobs, pack logs and results into $OUT
+#   bash scripts/h200.sh restart [JOB..]  stop all jobs, take this call's ddtree_core/ddbench, resume
+#   bash scripts/h200.sh wait SECS    wait for the jobs, pack logs and results into $OUT
 # A `/` splits the jobs into queues that run side by side, the first on GPU 0, the next on GPU 1
 # (nvidia-h200-x2): `serve trace grid / gputests kvleak` (logs sweeps-0.log, sweeps-1.log).
 # Jobs (default: match parity-p1 parity-p16, the first run's):
@@ -23,7 +23,7 @@
 #   grid        tokens/s grid: one server per budget (verify width = budget + 1), plain and held trees, 1..32 in flight
 #   nooverlap   greedy parity with --disable-overlap-schedule (the scheduler's synchronous path), budgets 15 and 64
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
-#   kvleak      results/sglang/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
+#   kvleak      scripts/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
 #   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64, eager and
 #               folded (SGLANG_DDTREE_DRAFT_GRAPH=1, opt-in at TP > 1); it waits
 #               for the other queues to finish (SGLang refuses TP when the GPUs' free memory differs), so put
@@ -40,17 +40,17 @@
 #   tails       campaign-check's DDTree b127 and b255 cells at T = 0 (gsm8k, humaneval; 1 and 16 in flight) again, with
 #               the build by deviations (TAILS, on by default up to budget 256 since results/kernels/h200-2026-12-01d):
 #               at one request in flight every output must equal campaign-check-h200's, made by the level build
-#               (results/sglang/same_cells.py; the two campaign sessions agreed on 32 of 32 there)
+#               (scripts/same_cells.py; the two campaign sessions agreed on 32 of 32 there)
 #   knobs       configs/testbed-h200-knobs.toml (depth limit x drafter temperature x holding the chain, budget 63)
 #   rounds      DFLASH and DDTree b15 / b128 (eager, and folded: SGLANG_DDTREE_DRAFT_GRAPH=1), b15 and b31 holding
 #               the chain (SGLANG_DDTREE_HOLD_CHAIN=1; b15 held is DFLASH's tree), 4 bursts at 1 and 16 in flight;
-#               round times from the servers' decode logs (results/sglang/log_rounds.py)
+#               round times from the servers' decode logs (scripts/log_rounds.py)
 #   chain       greedy parity and acceptance of trees that hold the chain: budgets 15, 31, 63, 1 and 16 in flight
-#   trace       torch-profiler traces of decode rounds (results/sglang/trace_rounds.py), AR, DFLASH, DDTree
+#   trace       torch-profiler traces of decode rounds (scripts/trace_rounds.py), AR, DFLASH, DDTree
 #               b15 (verify width 16, as DFLASH's block) and b128, 1 and 16 in flight
 #   gputests    pytest -m gpu (a minute; run it first: the new kernels have only run under the interpreter)
 #   kernels     the draft-side kernel benchmark (reference, torch, triton, or those in KERNEL_IMPLS, e.g.
-#               `KERNEL_IMPLS=triton bash results/sglang/h200.sh serve kernels`; and torch, triton or SHARP_IMPLS
+#               `KERNEL_IMPLS=triton bash scripts/h200.sh serve kernels`; and torch, triton or SHARP_IMPLS
 #               on sharper, chain-like drafts: --logit-scale 12), the top-K and the tree-build launch sweeps (with
 #               their per-phase times, phases.csv)
 #   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
@@ -87,7 +87,7 @@ queues() {  # queues JOB.. [/ JOB..]: one setsid'd `sweeps` per queue, queue i o
   rm -f "$W/done"
   for arg in "$@" /; do
     if [ "$arg" = / ]; then
-      GPU=$gpu setsid nohup bash results/sglang/h200.sh sweeps "${jobs[@]}" >> "$W/sweeps-$gpu.log" 2>&1 < /dev/null &
+      GPU=$gpu setsid nohup bash scripts/h200.sh sweeps "${jobs[@]}" >> "$W/sweeps-$gpu.log" 2>&1 < /dev/null &
       gpu=$((gpu + 1)); jobs=()
     else
       jobs+=("$arg")
@@ -109,7 +109,7 @@ serve)
   # results data, which scripts/device_lean.sh may leave out) differs from it from here (or from the caller's
   # DDBENCH_GIT_SHA / DDBENCH_GIT_DIRTY where this checkout has no .git).
   export DDBENCH_GIT_SHA=${DDBENCH_GIT_SHA:-$(git rev-parse HEAD 2>/dev/null)}
-  code=(ddtree_core ddbench configs pyproject.toml results/sglang/h200.sh)
+  code=(ddtree_core ddbench configs pyproject.toml scripts)
   [ -n "${DDBENCH_GIT_DIRTY:-}" ] || { git diff --quiet HEAD -- "${code[@]}" 2>/dev/null && export DDBENCH_GIT_DIRTY=0 \
     || { [ -n "$DDBENCH_GIT_SHA" ] && export DDBENCH_GIT_DIRTY=1; }; }
   echo "commit ${DDBENCH_GIT_SHA:-unknown} dirty ${DDBENCH_GIT_DIRTY:-unknown}"
@@ -120,7 +120,7 @@ serve)
   ln -sfn "$W/payload/smol.gguf" "$W/smol.gguf" && ln -sfn "$W/payload/data" "$W/data"
   echo "$GGUF_SHA256  $W/smol.gguf" | sha256sum -c || { echo "GGUF wrong"; exit 2; }
   # The jobs run from a copy, so a later call's working tree cannot change code under them.
-  mkdir -p "$W/repo" && cp -r ddtree_core ddbench results tests configs pyproject.toml "$W/repo/"
+  mkdir -p "$W/repo" && cp -r ddtree_core ddbench scripts results tests configs pyproject.toml "$W/repo/"
   # The campaign spans device sessions: its committed cells are done, the sweep resumes after them.
   [ -d results/sglang/campaign-h200 ] && mkdir -p "$W/runs" && cp -r results/sglang/campaign-h200 "$W/runs/campaign"
   cd "$W/repo" && export PYTHONPATH=/tmp/site:$W/repo
@@ -132,7 +132,7 @@ serve)
   ;;
 restart)
   pkill -f "[h]200.sh sweeps"; pkill -f "[d]dbench sweep"; pkill -f "[l]aunch_server"; sleep 5
-  rm -rf "$W/repo" && mkdir -p "$W/repo" && cp -r ddtree_core ddbench results tests configs pyproject.toml "$W/repo/"
+  rm -rf "$W/repo" && mkdir -p "$W/repo" && cp -r ddtree_core ddbench scripts results tests configs pyproject.toml "$W/repo/"
   cd "$W/repo"
   shift
   queues "$@"
@@ -205,8 +205,8 @@ sweeps)
         for page in 1 16; do
           serve_algo "kvleak-server-p$page" $PORT DDTREE 64 --enable-metrics --page-size $page \
             || { echo "kvleak p$page: no server"; stop_server; continue; }
-          python3 results/sglang/kv_leak.py --url http://127.0.0.1:$PORT > "$W/runs/kv_leak-p$page.txt" 2>&1
-          python3 results/sglang/kv_leak.py --url http://127.0.0.1:$PORT --abort-fraction 0.1 \
+          python3 scripts/kv_leak.py --url http://127.0.0.1:$PORT > "$W/runs/kv_leak-p$page.txt" 2>&1
+          python3 scripts/kv_leak.py --url http://127.0.0.1:$PORT --abort-fraction 0.1 \
             >> "$W/runs/kv_leak-p$page.txt" 2>&1
           python3 -c "import httpx; print(httpx.get('http://127.0.0.1:$PORT/metrics').text)" \
             | grep -E '^sglang:(ddtree_|spec_)' > "$W/runs/metrics-p$page.txt"
@@ -221,18 +221,18 @@ sweeps)
           read -r name algo budget fold hold <<< "$spec"
           export SGLANG_DDTREE_DRAFT_GRAPH=$fold SGLANG_DDTREE_HOLD_CHAIN=$hold
           serve_algo "rounds-$name" $PORT "$algo" "$budget" || { echo "rounds $name: no server"; stop_server; continue; }
-          python3 results/sglang/trace_rounds.py --url http://127.0.0.1:$PORT --out "$W/runs/rounds" --prefix "$name" \
+          python3 scripts/trace_rounds.py --url http://127.0.0.1:$PORT --out "$W/runs/rounds" --prefix "$name" \
             --data-dir "$W/data" --concurrency 1,16 --steps 0 --repeat 4 >> "$W/runs/rounds.log" 2>&1
           stop_server
         done
         unset SGLANG_DDTREE_DRAFT_GRAPH SGLANG_DDTREE_HOLD_CHAIN
-        python3 results/sglang/log_rounds.py "$W"/runs/rounds-*.log > "$W/runs/rounds/rounds.md"
+        python3 scripts/log_rounds.py "$W"/runs/rounds-*.log > "$W/runs/rounds/rounds.md"
         echo "rounds rc=0" >> "$W/done" ;;
       trace)
         for spec in "dflash DFLASH 0" "ddtree-b15 DDTREE 15" "ddtree-b128 DDTREE 128" "ar AR 0"; do
           read -r name algo budget <<< "$spec"
           serve_algo "trace-$name" $PORT "$algo" "$budget" || { echo "trace $name: no server"; stop_server; continue; }
-          python3 results/sglang/trace_rounds.py --url http://127.0.0.1:$PORT --out "$W/runs/trace" --prefix "$name" \
+          python3 scripts/trace_rounds.py --url http://127.0.0.1:$PORT --out "$W/runs/trace" --prefix "$name" \
             --data-dir "$W/data" --concurrency 1,16 >> "$W/runs/trace.log" 2>&1
           stop_server
         done
@@ -256,11 +256,11 @@ sweeps)
         for spec in "dflash DFLASH 0" "ddtree-b15 DDTREE 15"; do
           read -r name algo budget <<< "$spec"
           serve_algo "ab-bursts-$name" $PORT "$algo" "$budget" || { echo "ab $name: no server"; stop_server; continue; }
-          python3 results/sglang/trace_rounds.py --url http://127.0.0.1:$PORT --out "$W/runs/ab-bursts" --prefix "$name" \
+          python3 scripts/trace_rounds.py --url http://127.0.0.1:$PORT --out "$W/runs/ab-bursts" --prefix "$name" \
             --data-dir "$W/data" --concurrency 1,16 --steps 0 --repeat 4 >> "$W/runs/ab-bursts.log" 2>&1
           stop_server
         done
-        python3 results/sglang/log_rounds.py --summary 1,16 "$W"/runs/ab-*/logs/*.log "$W"/runs/ab-bursts-*.log \
+        python3 scripts/log_rounds.py --summary 1,16 "$W"/runs/ab-*/logs/*.log "$W"/runs/ab-bursts-*.log \
           > "$W/runs/ab-rounds.md" 2>&1
         echo "ab rc=0" >> "$W/done" ;;
       campaign)

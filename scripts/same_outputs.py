@@ -1,6 +1,6 @@
 """How many greedy outputs two servers share, from trace_rounds.py's PREFIX-outputs.jsonl files.
 
-    python results/sglang/same_outputs.py rounds/ddtree-b15-outputs.jsonl rounds/ddtree-b15-fold-outputs.jsonl
+    python scripts/same_outputs.py rounds/ddtree-b15-outputs.jsonl rounds/ddtree-b15-fold-outputs.jsonl
 
 Requests are matched on (concurrency, burst, prompt). At one request in flight two servers running the same
 numerics (the folded and the eager draft side, say) must agree on every output; with many in flight, batch
