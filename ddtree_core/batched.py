@@ -30,8 +30,8 @@ import functools
 
 import torch
 
-from ddtree_core.tree import DraftTopK, DraftTree, budgets_tensor
-from ddtree_core.verify import TreeWalk
+from ddtree_core.ops import budgets_tensor
+from ddtree_core.types import DraftTopK, DraftTree, TreeWalk
 
 _INVALID = torch.iinfo(torch.int64).max
 

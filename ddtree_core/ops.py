@@ -52,3 +52,10 @@ def force(impl: str) -> Iterator[None]:
         yield
     finally:
         _forced.reset(token)
+
+
+def budgets_tensor(budget: int | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
+    """Per-request budgets as an int64 tensor [B] on `device`."""
+    if isinstance(budget, torch.Tensor):
+        return budget.to(device=device, dtype=torch.int64).reshape(batch)
+    return torch.full((batch,), int(budget), dtype=torch.int64, device=device)

@@ -40,66 +40,23 @@ among the others.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ddtree_core import ops
+from ddtree_core.ops import budgets_tensor
+from ddtree_core.types import TRITON_NODE_LIMIT, DraftTopK, DraftTree
 
-TRITON_NODE_LIMIT = 1 << 15  # the Triton build packs node indices in 15 bits: 1 + depth * budget < this
-
-
-@dataclass(frozen=True)
-class DraftTopK:
-    """The drafter's top-K tokens per block position, sorted best first (ties: smaller id first)."""
-
-    log_probs: torch.Tensor  # [B, L, K] float32, logits / draft_temperature minus their logsumexp
-    token_ids: torch.Tensor  # [B, L, K] int64
-
-
-@dataclass(frozen=True)
-class DraftTree:
-    """A batch of draft trees in the canonical parents encoding (node 0 = root, nodes in pop order)."""
-
-    token_ids: torch.Tensor  # [B, N] int64, node i's token at column i-1; -1 padding
-    parents: torch.Tensor  # [B, N+1] int64, parent node index; root and padding -1
-    depths: torch.Tensor  # [B, N+1] int64, root 0; padding -1
-    num_nodes: torch.Tensor  # [B] int64, non-root nodes of each tree (<= its budget)
-    scores: torch.Tensor  # [B, N+1] float32, path log-prob; root 0.0; padding -inf
-    ranks: torch.Tensor  # [B, N+1] int64, rank of the node's token in its depth's top-K; root/padding -1
-    max_depth: int  # the depth limit the trees were built with (static; sizes walk outputs)
-
-    @property
-    def batch_size(self) -> int:
-        return self.parents.shape[0]
-
-    @classmethod
-    def root_only(cls, batch: int, max_depth: int, device: torch.device | str) -> DraftTree:
-        """Trees of width N = 0 (every budget 0): the root column alone."""
-
-        def full(width: int, fill: float, dtype: torch.dtype = torch.int64) -> torch.Tensor:
-            return torch.full((batch, width), fill, dtype=dtype, device=device)
-
-        return cls(
-            token_ids=full(0, -1),
-            parents=full(1, -1),
-            depths=full(1, 0),
-            num_nodes=torch.zeros(batch, dtype=torch.int64, device=device),
-            scores=full(1, 0.0, torch.float32),
-            ranks=full(1, -1),
-            max_depth=max_depth,
-        )
-
-    def node_token_ids(self) -> torch.Tensor:
-        """[B, N+1] int64: every node's token with the root as -1 (its token is the caller's bonus)."""
-        root = self.token_ids.new_full((self.batch_size, 1), -1)
-        return torch.cat([root, self.token_ids], dim=1)
-
-    @property
-    def width(self) -> int:
-        """N + 1: the number of verify positions per request, root included."""
-        return self.parents.shape[1]
+__all__ = [
+    "TRITON_NODE_LIMIT",
+    "DraftTopK",
+    "DraftTree",
+    "budgets_tensor",
+    "build_tree",
+    "build_tree_from_topk",
+    "draft_topk",
+]
 
 
 def draft_topk(
@@ -174,8 +131,9 @@ def build_tree_from_topk(
         raise ValueError(f"max_budget must be >= 0, got {max_budget}")
     if isinstance(hold_chain, torch.Tensor):
         if hold_chain.dtype != torch.bool or hold_chain.shape != (batch,):
-            raise ValueError(f"a tensor hold_chain must be a BoolTensor [{batch}], got {hold_chain.dtype} "
-                             f"{tuple(hold_chain.shape)}")
+            raise ValueError(
+                f"a tensor hold_chain must be a BoolTensor [{batch}], got {hold_chain.dtype} {tuple(hold_chain.shape)}"
+            )
     elif not isinstance(hold_chain, bool):
         raise ValueError(f"hold_chain must be a bool or a BoolTensor [B], got {hold_chain!r}")
     chosen = ops.resolve(impl, topk.log_probs.device)
@@ -191,13 +149,6 @@ def build_tree_from_topk(
     from ddtree_core import batched
 
     return batched.build_tree_from_topk(topk, budget, max_depth, max_budget, hold_chain)
-
-
-def budgets_tensor(budget: int | torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
-    """Per-request budgets as an int64 tensor [B] on `device`."""
-    if isinstance(budget, torch.Tensor):
-        return budget.to(device=device, dtype=torch.int64).reshape(batch)
-    return torch.full((batch,), int(budget), dtype=torch.int64, device=device)
 
 
 def _max_budget(budget: int | torch.Tensor, batch: int) -> int:

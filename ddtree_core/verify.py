@@ -14,21 +14,12 @@ the target's choice at the last accepted node: accept_len (root included) tokens
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from ddtree_core import ops
-from ddtree_core.tree import DraftTree
+from ddtree_core.types import DraftTree, TreeWalk
 
-
-@dataclass(frozen=True)
-class TreeWalk:
-    """The accepted root-to-node path of each request and the bonus token that follows it."""
-
-    accepted: torch.Tensor  # [B, D+1] int64, accepted node indices root first; -1 padding
-    accept_lens: torch.Tensor  # [B] int64, accepted nodes including the root (>= 1)
-    bonus: torch.Tensor  # [B] int64, the target's token at the last accepted node
+__all__ = ["TreeWalk", "emitted_tokens", "follow_tree"]
 
 
 def follow_tree(tree: DraftTree, target_tokens: torch.Tensor, *, impl: str | None = None) -> TreeWalk:

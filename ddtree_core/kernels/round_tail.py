@@ -30,9 +30,7 @@ import triton
 import triton.language as tl
 
 from ddtree_core.kernels.tree_walk import walk_path
-from ddtree_core.sglang.rounds import STATS_COLUMNS, CommittedPath
-from ddtree_core.tree import DraftTopK, DraftTree
-from ddtree_core.verify import TreeWalk
+from ddtree_core.types import STATS_COLUMNS, CommittedPath, DraftTopK, DraftTree, TreeWalk
 
 PATH_FIELDS = ("accept_index", "hidden_rows", "positions", "out_tokens", "kv_dst", "kv_src", "accepted")  # `paths`
 LEN_FIELDS = ("accept_lens", "bonus", "new_seq_lens")  # rows of `lens`

@@ -46,7 +46,7 @@ import triton.language as tl
 
 from ddtree_core.kernels.clock import stamp
 from ddtree_core.kernels.radix import max_min_min, pick_digit
-from ddtree_core.tree import DraftTopK
+from ddtree_core.types import DraftTopK
 
 MAX_K = 1024  # larger k takes the torch path (batched.draft_topk), which gives the same result
 _BLOCK = 512  # list entries per block of kernel 1's selection passes

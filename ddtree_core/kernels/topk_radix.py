@@ -110,7 +110,7 @@ from ddtree_core.kernels.topk import (
     check_k,
     rows_and_outputs,
 )
-from ddtree_core.tree import DraftTopK
+from ddtree_core.types import DraftTopK
 
 SELECT_PHASES = ("logsumexp", "compact", "union", "supers", "groups", "gather", "select", "rank")  # in stamp order
 SELECT_SLOTS = len(SELECT_PHASES) + 3  # the stamps of one row (clock.phase_times)

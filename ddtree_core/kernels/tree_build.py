@@ -137,7 +137,7 @@ from ddtree_core.kernels.clock import stamp as _stamp
 from ddtree_core.kernels.pdl import let_next_start, wait_for_inputs
 from ddtree_core.kernels.pdl import options as pdl_options
 from ddtree_core.kernels.radix import min_max, pick_digit
-from ddtree_core.tree import TRITON_NODE_LIMIT, DraftTopK, DraftTree
+from ddtree_core.types import TRITON_NODE_LIMIT, DraftTopK, DraftTree
 
 _I32_MAX = tl.constexpr(2147483647)
 GS = tl.constexpr(16)  # TAILS' pop order: tie groups of at most GS members are ordered by counts, not sorts

@@ -19,8 +19,7 @@ import triton.language as tl
 
 from ddtree_core.kernels.pdl import let_next_start, wait_for_inputs
 from ddtree_core.kernels.pdl import options as pdl_options
-from ddtree_core.tree import DraftTree
-from ddtree_core.verify import TreeWalk
+from ddtree_core.types import DraftTree, TreeWalk
 
 
 @triton.jit

@@ -33,10 +33,8 @@ from ddtree_core.encoding import positions as tree_positions
 from ddtree_core.mask import ancestor_mask, scatter_verify_mask
 from ddtree_core.sglang.config import RequestSettings, ServerSettings
 from ddtree_core.tree import DraftTopK, DraftTree, build_tree_from_topk, draft_topk
+from ddtree_core.types import STATS_COLUMNS, CommittedPath
 from ddtree_core.verify import TreeWalk, emitted_tokens, follow_tree
-
-# Columns of a stats row before the per-depth ranks.
-STATS_COLUMNS = ("accept_len", "num_nodes", "depth_reached", "top_k", "expected_accept_len_bits")
 
 
 @dataclass(frozen=True)
@@ -56,29 +54,6 @@ class VerifyBatch:
     tokens: torch.Tensor  # [B, W] int64: bonus, then node tokens; padding columns repeat the bonus
     positions: torch.Tensor  # [B, W] int64: prefix_len + depth (padding: prefix_len)
     custom_mask: torch.Tensor  # [W * prefix_total + B * W * W] bool, SGLang's FULL_MASK layout
-
-
-@dataclass(frozen=True)
-class CommittedPath:
-    """What a round commits. P = D + 1 = the walk's width; entries past accept_len are padding.
-
-    kv_dst / kv_src are the target KV move, `move_kv_cache(kv_dst.reshape(-1), kv_src.reshape(-1))`: path
-    slot k < accept_len copies the slot the verify forward wrote for the k-th path node to the k-th verify
-    slot (sequence position prefix_len + k). Every slot k < accept_len is a pair, the identity pairs too (the
-    root's always is); padding pairs are 0 -> 0, SGLang's dummy slot, which no request owns (its own helper
-    pads so too). A slot is read only by pairs at or before the pair that writes it in this flat order
-    (path nodes have increasing indices, so node index >= k), so a move that copies in order, or gathers
-    all sources before scattering, leaves every destination with the verify forward's KV.
-    """
-
-    accept_index: torch.Tensor  # [B, P] int64, flat verify index b * W + node of the k-th path node; -1 padding
-    hidden_rows: torch.Tensor  # [B, P] int64, the same index clamped to the root for padding
-    positions: torch.Tensor  # [B, P] int64, prefix_len + k: the path's sequence positions
-    out_tokens: torch.Tensor  # [B, P] int64, accepted drafts then the bonus; 0 padding
-    kv_dst: torch.Tensor  # [B, P] int64, KV slot cache_loc[b, k] (the k-th verify slot); 0 padding
-    kv_src: torch.Tensor  # [B, P] int64, KV slot cache_loc[b, node] of the k-th path node; 0 padding
-    commit_lens: torch.Tensor  # [B] int32, tokens committed = accept_len (>= 1)
-    new_seq_lens: torch.Tensor  # [B] int64, prefix_len + commit_len
 
 
 def request_limits(
