@@ -207,6 +207,7 @@ def main(
     """Time every launch of the Triton tree build on the same lists; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    _configure_pdl()
     if smoke:
         cells, scales, vocab, warps, hist_bins, log_bins, depths = "1x8,2x5", "4", 64, "4", "2,2048", "4", "1"
         qch, chunk = "2", "16"
@@ -214,6 +215,13 @@ def main(
     lists = (list(parse_ints(t) or ()) for t in (warps, hist_bins, log_bins, depths, qch, chunk))
     extra = parse_launches(launch, KEYS, FLAGS)
     run(out, _cells(cells), scale_list, vocab, *lists, counted_ranks=counted_ranks, seed=seed, extra=extra)
+
+
+def _configure_pdl() -> None:
+    """DDTREE_PDL=0 turns programmatic dependent launch off (the kernels read no environment themselves)."""
+    from ddtree_core.kernels import pdl  # after TRITON_INTERPRET is settled: importing Triton reads it
+
+    pdl.configure(pdl.from_environ(os.environ))
 
 
 if __name__ == "__main__":

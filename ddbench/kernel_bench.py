@@ -523,6 +523,7 @@ def main(
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported
+    _configure_pdl()
     config = smoke_config(device, seed) if smoke else full_config(device, seed)
     config = dataclasses.replace(
         config,
@@ -537,6 +538,13 @@ def main(
         raise typer.BadParameter(f"--logit-scale must be > 0, got {logit_scale}")
     results = run(config, out)
     print_table(results)
+
+
+def _configure_pdl() -> None:
+    """DDTREE_PDL=0 turns programmatic dependent launch off (the kernels read no environment themselves)."""
+    from ddtree_core.kernels import pdl  # after TRITON_INTERPRET is settled: importing Triton reads it
+
+    pdl.configure(pdl.from_environ(os.environ))
 
 
 if __name__ == "__main__":

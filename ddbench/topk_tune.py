@@ -227,11 +227,19 @@ def main(
     """Time every launch of the fused and the radix top-K on the same cells; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    _configure_pdl()
     texts = (batches, vocabs, ks, tiles, chunks, warps, groups, select_warps, blocks, log_bins, gathers, registers)
     if smoke:
         texts = ("1,2", "300", "4", "64,128", "1,2", "4", "8", "4", "64", "8", "32", "64")
     extra = parse_launches(launch, PARAMS)
     run(out, *(list(parse_ints(text) or ()) for text in texts), extra)  # "" tries none (--groups "")
+
+
+def _configure_pdl() -> None:
+    """DDTREE_PDL=0 turns programmatic dependent launch off (the kernels read no environment themselves)."""
+    from ddtree_core.kernels import pdl  # after TRITON_INTERPRET is settled: importing Triton reads it
+
+    pdl.configure(pdl.from_environ(os.environ))
 
 
 if __name__ == "__main__":

@@ -574,18 +574,41 @@ def test_mask_launch_overrides_keep_the_mask(launch):
             tree_mask.tree_mask(tree, roots, launch=bad)
 
 
-def test_pdl_is_off_where_it_cannot_run(monkeypatch):
+def test_pdl_is_off_where_it_cannot_run():
     """Programmatic dependent launch: never on a CPU or under the interpreter (no PTX runs there), and
-    DDTREE_PDL=0 turns it off on CUDA too; off, the kernels' PDL flag is False and no launch_pdl is passed."""
+    configure(False) turns it off on CUDA too; off, the kernels' PDL flag is False and no launch_pdl is passed.
+    DDTREE_PDL=0 is the entry points' way to say so (from_environ); the kernels read no environment."""
     from ddtree_core.kernels import pdl
 
+    assert pdl.from_environ({}) and pdl.from_environ({"DDTREE_PDL": "1"}) and not pdl.from_environ({"DDTREE_PDL": "0"})
     assert pdl.options(torch.device("cpu")) == {"PDL": False}
-    if torch.cuda.is_available():
-        monkeypatch.setenv("DDTREE_PDL", "0")
-        assert pdl.options(torch.device("cuda")) == {"PDL": False}
-        monkeypatch.setenv("DDTREE_PDL", "1")
-        on = torch.cuda.get_device_capability()[0] >= 9
-        assert pdl.options(torch.device("cuda")) == ({"PDL": True, "launch_pdl": True} if on else {"PDL": False})
+    try:
+        pdl.configure(False)
+        assert pdl.options(torch.device("cpu")) == {"PDL": False}
+        if torch.cuda.is_available():
+            assert pdl.options(torch.device("cuda")) == {"PDL": False}
+            pdl.configure(True)
+            on = torch.cuda.get_device_capability()[0] >= 9
+            assert pdl.options(torch.device("cuda")) == ({"PDL": True, "launch_pdl": True} if on else {"PDL": False})
+    finally:
+        pdl.configure(True)
+
+
+def test_kernels_read_no_environment():
+    """Configuration reaches the kernels as arguments or pdl.configure, never from os.environ (Triton's own
+    TRITON_INTERPRET fallback for Triton < 3.4 aside)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "ddtree_core" / "kernels"
+    readers = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv"):
+                line = path.read_text().splitlines()[node.lineno - 1]
+                if "TRITON_INTERPRET" not in line:
+                    readers.append(f"{path.name}:{node.lineno}")
+    assert not readers, f"kernels read the environment at {readers}"
 
 
 def test_kernel_bench_smoke(tmp_path):

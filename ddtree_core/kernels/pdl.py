@@ -19,14 +19,17 @@ Letting the next kernel in at the start instead (call2) cost 4.6 us at batch 1, 
 build programs sat waiting on SMs that the 1,200 one-warp emit programs needed.
 
 `options(device)` gives the launch arguments: PDL on (the kernels' PDL flag and Triton's launch_pdl) on CUDA
-devices of compute capability 9.0 and above, unless DDTREE_PDL=0 or the Triton interpreter runs (which runs no
-PTX); else off, where `wait_for_inputs` and `let_next_start` compile to nothing.
+devices of compute capability 9.0 and above, unless `configure(False)` turned it off for the process or the
+Triton interpreter runs (which runs no PTX); else off, where `wait_for_inputs` and `let_next_start` compile to
+nothing. The kernels read no environment: the entry points pass their configuration in (the SGLang plugin and
+ddbench's kernel tools call `configure(from_environ(os.environ))`, so DDTREE_PDL=0 turns PDL off there).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 
 import torch
 import triton
@@ -48,9 +51,24 @@ def let_next_start(PDL: tl.constexpr):
         gdc_launch_dependents()
 
 
+ENV = "DDTREE_PDL"  # "0" turns PDL off where an entry point passes its environment to `from_environ`
+_enabled = True
+
+
+def configure(enabled: bool) -> None:
+    """PDL on (the default) or off for every later launch in this process."""
+    global _enabled
+    _enabled = bool(enabled)
+
+
+def from_environ(environ: Mapping[str, str]) -> bool:
+    """Whether `environ` leaves PDL on: every value of DDTREE_PDL but "0" does, e.g. {"DDTREE_PDL": "0"} -> False."""
+    return environ.get(ENV, "1").strip() != "0"
+
+
 def options(device: torch.device) -> dict:
     """The PDL launch arguments of a kernel on `device` (its PDL constexpr, and Triton's launch_pdl when on)."""
-    on = device.type == "cuda" and os.environ.get("DDTREE_PDL", "1") != "0" and not interpreted()
+    on = device.type == "cuda" and _enabled and not interpreted()
     on = on and _capability(device.index if device.index is not None else torch.cuda.current_device()) >= 9
     return {"PDL": True, "launch_pdl": True} if on else {"PDL": False}
 
@@ -62,5 +80,5 @@ def _capability(index: int) -> int:
 
 def interpreted() -> bool:
     """Whether Triton runs kernels under its interpreter."""
-    knobs = getattr(triton, "knobs", None)  # Triton >= 3.4; before, the variable itself
+    knobs = getattr(triton, "knobs", None)  # Triton >= 3.4; before, Triton's own variable itself
     return knobs.runtime.interpret if knobs is not None else os.environ.get("TRITON_INTERPRET", "0") == "1"

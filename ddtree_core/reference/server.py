@@ -31,6 +31,7 @@ import importlib.metadata
 import json
 import logging
 import math
+import os
 import threading
 import time
 import uuid
@@ -38,7 +39,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ddtree_core import metrics
+from ddtree_core import metrics, ops
 from ddtree_core.reference.decode import Generation, SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
 
@@ -506,6 +507,10 @@ def main(argv: list[str] | None = None) -> None:
         hold_chain=args.hold_chain,
         tree_impl=args.tree_impl,
     )
+    if args.device.startswith("cuda") and ops.triton_available():  # DDTREE_PDL=0: plain kernel launches
+        from ddtree_core.kernels import pdl
+
+        pdl.configure(pdl.from_environ(os.environ))
     engine = load_engine(args.model, args.draft, spec, dtype=args.dtype, device=args.device)
     server = make_server(engine, args.host, args.port, args.api_key)
     logger.info("reference server (%s) listening on http://%s:%d", args.method, args.host, server.server_address[1])

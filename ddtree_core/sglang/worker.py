@@ -32,6 +32,7 @@ slots covers both.
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 from sglang.srt.distributed import get_tp_group
@@ -42,7 +43,7 @@ from sglang.srt.speculative.dflash_utils import apply_dflash_verify_logits_adjus
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-from ddtree_core.kernels import kv_move
+from ddtree_core.kernels import kv_move, pdl
 from ddtree_core.sglang import draft_head, info, rounds
 from ddtree_core.sglang.config import DDTreeConfigError, RequestSettings
 from ddtree_core.sglang.profile import StageTimer
@@ -71,6 +72,7 @@ class DDTreeWorker(DFlashWorkerV2):
         target_worker,
     ):
         self.settings = settings_of(server_args)
+        pdl.configure(pdl.from_environ(os.environ))  # DDTREE_PDL=0: plain launches (the kernels read no environment)
         # The parent builds the draft runner from these args: its width is the block, the target keeps
         # W; self.server_args is this copy (it differs from the target's only in that width).
         super().__init__(
