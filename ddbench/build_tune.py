@@ -82,14 +82,14 @@ def run(
     extra: list[dict] = (),
 ) -> list[dict]:
     from ddtree_core import tree as trees
-    from ddtree_core.kernels import topk, tree_build
+    from ddtree_core.kernels import topk_radix, tree_build
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     rows, phase_rows = [], []
     for batch, budget in cells:
         for scale in scales:
             logits = draft_logits(batch, LENGTH, vocab, scale, seed, device)
-            lists = topk.draft_topk(logits, min(budget, vocab), 1.0)
+            lists = topk_radix.draft_topk(logits, min(budget, vocab), 1.0)
             expected = tree_build.build_tree_from_topk(lists, budget, LENGTH, budget)
             grid = launches(warps, hist_bins, log_bins, qch, chunk, counted_ranks and budget <= 1024, extra)
             plan = [(LENGTH, launch) for launch in grid]

@@ -1,31 +1,28 @@
-"""Launch-configuration sweep of the Triton top-Ks: the fused kernel (ddtree_core/kernels/topk.py, the default)
-and the group-maxima kernel (topk_radix.py), on the same cells.
+"""Launch-configuration sweep of the Triton top-K (ddtree_core/kernels/topk_radix.py, the one tree.draft_topk
+dispatches to on CUDA).
 
     python -m ddbench.topk_tune --out results/kernels/topk-h200
     python -m ddbench.topk_tune --out /tmp/tt --smoke          # tiny sizes, CPU under the Triton interpreter
 
-The launch parameters change only the speed. Fused `draft_topk(tile=, chunks=, warps=)`: tile is the logits one
-program scans per step, chunks the vocabulary slices per row (more programs, then a merge kernel), warps those of
-one scan program. Radix `draft_topk(tile=, chunks=, warps=, group=, super_group=, select_warps=, block=, gather=,
-log_bins=, scan_registers=, select_registers=)`: the same three for its scan, group the tokens per group maximum,
-super_group the groups per super-group maximum (1: none; timed through --launch),
+The launch parameters change only the speed. `draft_topk(tile=, chunks=, warps=, group=, super_group=,
+select_warps=, block=, gather=, log_bins=, scan_registers=, select_registers=)`: tile is the logits one scan
+program reads per step, chunks the vocabulary slices per row, warps those of one scan program, group the tokens
+per group maximum, super_group the groups per super-group maximum (1: none; timed through --launch),
 select_warps those of its per-row selection program, block and log_bins the group keys per step and radix digit
 of that program (a block that holds all groups keeps them in registers), gather its read-back step, and the
 register caps per thread of the scan and the selection (more programs per SM, some registers spilled); tiled
 and, through --launch only, emit (the tiles' candidates first: the floor's rank among a tile's group maxima, 0:
 off), emit_warps (per program of the kernel that finds them) and union_tiles (the tiles whose candidates the
 selection gathers per step).
-For every (batch, vocab, K) cell it times, as CUDA-graph replays (CUDA events; host clock on a CPU): the fused
-default ("auto") and every (tile, chunks, warps) launch, then the radix default, every radix (tile, chunks,
-warps) launch with the default group, every (group, select_warps) and every (block, log_bins) launch with the
-default scan, every gather, every register cap on the scan, the selection and both; and "radix-scan",
-the radix default's first kernel alone (its group maxima checked against torch's), which splits the radix
-time between the scan and the per-row selection. Each
-launch's lists are checked against the fused default's (ids exactly, log-probs within 1e-5: the logsumexps sum
-in different orders). It writes cells.csv (one row per launch; "" where a parameter does not apply; settled: for
-a launch with emit, the share of rows the tiles' candidates settled) and best.csv
-(per method and cell: the fastest launch with equal lists, that method's default, and the fused default), for
-tuning `topk._plan` / `topk_radix._plan` and choosing between them from data. On CUDA it also writes phases.csv:
+For every (batch, vocab, K) cell it times, as CUDA-graph replays (CUDA events; host clock on a CPU): the
+default ("auto"), every (tile, chunks, warps) launch with the default group, every (group, select_warps) and
+every (block, log_bins) launch with the default scan, every gather, every register cap on the scan, the
+selection and both; and "radix-scan", the default's first kernel alone (its group maxima checked against
+torch's), which splits the time between the scan and the per-row selection. Each launch's lists are checked
+against the torch path's (batched.draft_topk: ids exactly, log-probs within 1e-5, the logsumexps summing in
+different orders). It writes cells.csv (one row per launch; settled: for a launch with emit, the share of rows
+the tiles' candidates settled) and best.csv (per method and cell: the fastest launch with equal lists and the
+method's default), for tuning `topk_radix._plan`. On CUDA it also writes phases.csv:
 the radix default (and each --launch) once more with its selection program stamping the SM's cycle counter after
 each phase (logsumexp; compact: gathering the tiles' candidates, 0 without emit; union: their K best, checked;
 supers: choosing the K best super-groups, 0 without them; groups: the K best groups; gather: reading them back;
@@ -50,14 +47,14 @@ PARAMS = ("tile", "chunks", "warps", "group", "super_group", "select_warps", "bl
           "scan_registers", "select_registers", "tiled", "emit", "emit_warps", "union_tiles")
 COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "equal", "settled", "note")
 PHASE_COLUMNS = ("batch", "vocab", "k", "launch", "phase", "us")
-BEST_COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "auto_us", "fused_auto_us")
+BEST_COLUMNS = ("method", "batch", "vocab", "k", *PARAMS, "us", "auto_us")
 
 
 def launches(
     tiles, chunk_counts, warp_counts, groups, select_warps, blocks=(), log_bins=(), gathers=(), registers=(), extra=()
 ) -> list[tuple[str, dict]]:
-    """(method, keyword arguments) of every launch of a cell, each method's default ({}) first; `extra`: more
-    radix launches, each a dict of PARAMS (kernel_bench.parse_launches)."""
+    """(method, keyword arguments) of every launch of a cell, the defaults ({}) first; `extra`: more launches,
+    each a dict of PARAMS (kernel_bench.parse_launches)."""
     scan = [{"tile": t, "chunks": c, "warps": w} for t in tiles for c in chunk_counts for w in warp_counts]
     select = [{"group": g, "select_warps": w} for g in groups for w in select_warps]
     select += [{"block": b, "log_bins": n} for b in blocks for n in log_bins]
@@ -65,8 +62,7 @@ def launches(
     select += [{key: r} for r in registers for key in ("scan_registers", "select_registers")]
     select += [{"scan_registers": r, "select_registers": r} for r in registers]
     select += [dict(kw) for kw in extra]
-    return ([("fused", {})] + [("fused", kw) for kw in scan] + [("radix", {}), ("radix-scan", {})]
-            + [("radix", kw) for kw in scan + select])  # fmt: skip
+    return [("radix", {}), ("radix-scan", {})] + [("radix", kw) for kw in scan + select]
 
 
 def run(
@@ -85,25 +81,25 @@ def run(
     registers: list[int] = (),
     extra: list[dict] = (),
 ) -> list[dict]:
-    from ddtree_core.kernels import topk, topk_radix
+    from ddtree_core import batched
+    from ddtree_core.kernels import topk_radix
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     phase_rows = []
-    methods = {"fused": topk.draft_topk, "radix": topk_radix.draft_topk, "radix-scan": topk_radix.group_maxima}
+    methods = {"radix": topk_radix.draft_topk, "radix-scan": topk_radix.group_maxima}
     rows = []
     for batch in batches:
         for vocab in vocabs:
             logits = torch.randn(batch, LENGTH, vocab, device=device, generator=None).bfloat16() * 4
             for k in ks:
-                expected = topk.draft_topk(logits, k, 1.0)
+                expected = batched.draft_topk(logits, k, 1.0)
                 grid = launches(
                     tiles, chunk_counts, warp_counts, groups, select_warps, blocks, log_bins, gathers, registers, extra
                 )
                 for method, kwargs in grid:
                     fn = methods[method]
-                    applies = PARAMS if method.startswith("radix") else PARAMS[:3]
                     row = {"method": method, "batch": batch, "vocab": vocab, "k": k}
-                    row.update({p: kwargs.get(p, "auto") if p in applies else "" for p in PARAMS})
+                    row.update({p: kwargs.get(p, "auto") for p in PARAMS})
 
                     def call(fn=fn, logits=logits, k=k, kwargs=kwargs):
                         return fn(logits, k, 1.0, **kwargs)
@@ -141,7 +137,7 @@ def phases(logits: torch.Tensor, k: int, **launch) -> dict[str, float]:
 
 
 def group_max_keys(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """[rows, groups] int64: the largest order key (topk.py's: the float32 bits, negatives mirrored) of each
+    """[rows, groups] int64: the largest order key (topk_lists.py's: the float32 bits, negatives mirrored) of each
     group of the radix kernel's default plan, at draft temperature 1; no NaN in the logits."""
     from ddtree_core.kernels import topk_radix
 
@@ -159,14 +155,12 @@ def _is_default(row: dict) -> bool:
 
 
 def best_rows(rows: list[dict]) -> list[dict]:
-    """Per (method, batch, vocab, k): the fastest launch with equal lists, the method's default time and the
-    fused default's."""
+    """Per (method, batch, vocab, k): the fastest launch with equal lists and the method's default time."""
     cells: dict[tuple, list[dict]] = {}
     for row in rows:
         cells.setdefault((row["batch"], row["vocab"], row["k"]), []).append(row)
     best = []
     for (batch, vocab, k), group in cells.items():
-        fused_auto = next((r["us"] for r in group if r["method"] == "fused" and _is_default(r) and r["us"] != ""), "")
         for method in dict.fromkeys(r["method"] for r in group):
             mine = [r for r in group if r["method"] == method]
             timed = [r for r in mine if r["us"] != "" and r["equal"]]
@@ -174,8 +168,7 @@ def best_rows(rows: list[dict]) -> list[dict]:
             if timed:
                 fastest = min(timed, key=lambda r: r["us"])
                 best.append({"method": method, "batch": batch, "vocab": vocab, "k": k,
-                             **{p: fastest[p] for p in PARAMS}, "us": fastest["us"], "auto_us": auto,
-                             "fused_auto_us": fused_auto})  # fmt: skip
+                             **{p: fastest[p] for p in PARAMS}, "us": fastest["us"], "auto_us": auto})  # fmt: skip
     return best
 
 
@@ -224,7 +217,7 @@ def main(
                      "(e.g. 'select_warps=2;select_warps=2,select_registers=64').")
     ] = "",
 ) -> None:
-    """Time every launch of the fused and the radix top-K on the same cells; write cells.csv and best.csv."""
+    """Time every launch of the Triton top-K on the same cells; write cells.csv and best.csv."""
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     _configure_pdl()

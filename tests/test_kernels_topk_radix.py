@@ -1,12 +1,14 @@
 """The group-maxima Triton top-k (ddtree_core/kernels/topk_radix.py) against the host reference.
 
-Token ids must be identical; log-probs agree to test_kernels_topk.LOG_PROB_TOL (the logsumexp sums per
-group slot and chunk; on the GPU with ex2.approx.ftz). Small groups, tiles and explicit chunk counts make
-small vocabularies run every path: the selection of K groups (more groups than K) and taking all groups
-(at most K), shrinks of the token list (equal rows fill the chosen groups), partial last groups, tiles
-and chunks, NaN-only groups, ranking by counting (K <= 64) and by tl.sort.
+Token ids must be identical; log-probs agree to LOG_PROB_TOL, |difference| <= 8e-6 + 1e-6 * |log-prob|,
+about four float32 ulps of a logsumexp up to 32 (the logsumexp sums per group slot and chunk; on the GPU
+with ex2.approx.ftz). Small groups, tiles and explicit chunk counts make small vocabularies run every path:
+the selection of K groups (more groups than K) and taking all groups (at most K), shrinks of the token list
+(equal rows fill the chosen groups), partial last groups, tiles and chunks, NaN-only groups, ranking by
+counting (K <= 64) and by tl.sort.
 """
 
+import dataclasses
 from unittest import mock
 
 import pytest
@@ -14,10 +16,9 @@ import torch
 
 pytest.importorskip("triton")
 
-from test_kernels_topk import DEVICE, assert_topk_equal, make_logits  # noqa: E402
 from trees import capture_cuda_graph, needs_cuda  # noqa: E402
 
-from ddtree_core import DraftTopK, batched  # noqa: E402
+from ddtree_core import DraftTopK, batched, build_tree  # noqa: E402
 from ddtree_core.kernels import topk_radix  # noqa: E402
 from ddtree_core.tree import draft_topk  # noqa: E402
 
@@ -28,8 +29,44 @@ pytestmark = [
 ]
 
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+LOG_PROB_TOL = {"rtol": 1e-6, "atol": 8e-6, "equal_nan": True}
+
+
+def make_logits(kind: str, shape: tuple[int, int, int], generator: torch.Generator) -> torch.Tensor:
+    """Draft logits of one flavour; bf16/fp16 kinds keep their dtype (the kernel reads it directly)."""
+    logits = torch.randn(shape, generator=generator) * 3
+    if kind == "bf16":
+        return (logits * 1.5).bfloat16()  # 8 significant bits: many exact ties
+    if kind == "fp16":
+        return logits.half()
+    if kind == "fp64":
+        return logits.double() / 7  # read as float32, as the reference does
+    if kind == "ties":
+        return torch.randint(-3, 1, shape, generator=generator).float()
+    if kind == "inf":
+        logits[torch.rand(shape, generator=generator) < 0.7] = float("-inf")
+        logits[..., 0] = 0.0
+    if kind == "sharp":
+        logits[..., 5:9] += 12.0
+    if kind == "signed_zeros":
+        logits = torch.where(torch.rand(shape, generator=generator) < 0.5, -0.0, 0.0)
+        logits[..., ::7] = -1.0
+    if kind == "nan":
+        logits[torch.rand(shape, generator=generator) < 0.1] = float("nan")
+    if kind == "all_inf":
+        logits[0, 0] = float("-inf")  # a row with no finite logit: log-probs NaN (as torch.logsumexp gives)
+    return logits
+
+
+def assert_topk_equal(out, ref):
+    assert out.token_ids.dtype == torch.int64 and out.log_probs.dtype == torch.float32
+    assert torch.equal(out.token_ids, ref.token_ids), (out.token_ids != ref.token_ids).nonzero()[:5].tolist()
+    torch.testing.assert_close(out.log_probs, ref.log_probs, **LOG_PROB_TOL)
+
+
 def radix_logits(kind: str, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
-    """test_kernels_topk's kinds, plus rows that are constant, ascending (the winners in the last groups
+    """make_logits' kinds, plus rows that are constant, ascending (the winners in the last groups
     and chunk), highest at both ends (valley), mostly -inf (K reaches the tied -inf) and all NaN."""
     vocab = shape[-1]
     if kind == "equal":
@@ -212,8 +249,11 @@ def test_default_emit_is_the_launch_of_draft_topk_and_the_benchmark_reports_its_
 def test_default_tile_floor_rank_is_five_deviations_above_the_mean_per_tile():
     """lam = K / tiles: K = 256 over 19 tiles of 8,192 -> 32; K = 64 over 75 of 2,048 -> 6; capped at the
     groups of a tile."""
-    assert [topk_radix._emit_need(256, 19, 256), topk_radix._emit_need(64, 75, 64), topk_radix._emit_need(300, 1, 8)] \
-        == [32, 6, 8]
+    assert [
+        topk_radix._emit_need(256, 19, 256),
+        topk_radix._emit_need(64, 75, 64),
+        topk_radix._emit_need(300, 1, 8),
+    ] == [32, 6, 8]
 
 
 def test_a_clock_must_be_an_int64_cuda_tensor_of_one_row_per_logits_row():
@@ -337,3 +377,21 @@ def test_group_maxima_is_the_scan_of_draft_topk():
     keys = topk_radix.group_maxima(logits, 5, 1.0)
     assert keys.shape == (6, 26) and keys.dtype == torch.int32
     assert torch.equal(keys.long(), group_max_keys(logits, 5).to(keys.device))
+
+
+@pytest.mark.parametrize("kind, temperature", [("randn", 1.0), ("sharp", 0.8)])
+def test_build_tree_end_to_end(kind, temperature):
+    """Random float32 logits have no two paths whose scores tie to within the logsumexp's rounding,
+    so the trees are identical; scores (sums of up to L log-probs) agree to L times LOG_PROB_TOL."""
+    logits = make_logits(kind, (2, 8, 2000), torch.Generator().manual_seed(5)).to(DEVICE)
+    budget = torch.tensor([48, 17], device=DEVICE)
+    out = build_tree(logits, budget, draft_temperature=temperature, impl="triton")
+    ref = build_tree(logits, budget, draft_temperature=temperature, impl="reference")
+    for field in dataclasses.fields(ref):
+        x, y = getattr(out, field.name), getattr(ref, field.name)
+        if field.name == "scores":
+            torch.testing.assert_close(x, y, rtol=8e-6, atol=8 * LOG_PROB_TOL["atol"])
+        elif isinstance(y, torch.Tensor):
+            assert torch.equal(x, y), field.name
+        else:
+            assert x == y, field.name

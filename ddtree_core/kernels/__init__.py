@@ -3,10 +3,8 @@
 - `topk_radix.draft_topk`: the drafter's top-K lists from group maxima (one full read of the logits, then the
   K best groups read back; for few rows and K >= 128, each tile's candidates above a floor first); twin of
   `tree.draft_topk(impl="reference")`: token ids equal, log-probs to the rounding of the logsumexp. The one
-  `tree.draft_topk(impl="triton")` dispatches to: on an H200 it beat
-  `topk` in every cell timed, 1.2x at one request and 3.4x at 64 (results/kernels/h200-2026-11-30/topk).
-- `topk.draft_topk`: the same lists in one read, a per-row list kept as the logits stream by; the
-  alternative that `python -m ddbench.topk_tune` times beside `topk_radix`.
+  `tree.draft_topk(impl="triton")` dispatches to; `topk_lists.py` holds its order keys, entries and K-list
+  selection and ranking.
 - `tree_build.build_tree_from_topk`: the draft trees of a batch from their top-K lists
   (twin of `tree.build_tree_from_topk(impl="reference")`, equal field by field).
 - `tree_walk.follow_tree`: the verification walk (twin of `verify.follow_tree`).

@@ -1,12 +1,12 @@
 """Triton top-K of draft logits for many long rows: group maxima first, then a small exact selection.
 
-The twin of `batched.draft_topk` beside `topk.draft_topk` (same contract, same outputs), built for large
-batches (rows x vocabulary of 10**8 and more), where the fused kernel's per-row list upkeep costs several
-reads' worth of time. The logits are read once in full and then only where the winners can be.
+The twin of `batched.draft_topk` (same contract, same outputs), built for large batches (rows x vocabulary
+of 10**8 and more), where keeping a per-row list as the logits stream by costs several reads' worth of
+time. The logits are read once in full and then only where the winners can be.
 
 Contract (tree.py): tokens ranked by logit / draft_temperature in float32, equal values smaller token id
 first, K of them best first; log-probs are those values minus the row's logsumexp. Values are ranked by
-topk.py's int32 order key (-0.0 equal to 0.0, NaN below -inf); a token is the int64 entry
+topk_lists.py's int32 order key (-0.0 equal to 0.0, NaN below -inf); a token is the int64 entry
 key << 32 | (2**31 - 1 - id), so entries order like (value desc, id asc).
 
 Kernel 1, one program per (row, vocabulary chunk), streams its chunk and writes, for every group of G
@@ -73,13 +73,13 @@ Worked example, K = 2, G = 2, logits of ids 0..7: 1 3 | 3 0 | 2 3 | 5 1:
     ranked: id 6 (5.0), id 1 (3.0); ids 2 and 5, also 3.0, lose to id 1 as in the reference.
 
 Exactness: ids equal the reference's for every input, ties, -inf and NaN included (the argument above;
-the list keeps id order, as topk.py's selection helpers need). Kernel 1 takes a group's maximum as a
+the list keeps id order, as topk_lists.py's selection helpers need). Kernel 1 takes a group's maximum as a
 float maximum that ignores NaN (maxnum on the GPU, numpy's nanmax under the interpreter; padding lanes
 are NaN), which is NaN only for a group of NaN: the key of that maximum is the group's largest key.
-Log-probs differ from the reference only by the rounding of the logsumexp, as topk.py's do (on the GPU
-its exps are ex2.approx.ftz; tests/test_kernels_topk.py states the tolerance).
+Log-probs differ from the reference only by the rounding of the logsumexp (on the GPU its exps are
+ex2.approx.ftz; tests/test_kernels_topk_radix.py states the tolerance).
 
-Scaling: as topk.py (logits.float() / draft_temperature: a float32 division on the CPU, a multiply by
+Scaling: as the reference (logits.float() / draft_temperature: a float32 division on the CPU, a multiply by
 the float32 reciprocal on CUDA), in both kernels, so that values are bit-equal and ties stay ties.
 """
 
@@ -96,7 +96,7 @@ import triton.language as tl
 from ddtree_core.kernels.clock import check_clock, phase_times, stamp
 from ddtree_core.kernels.pdl import interpreted, let_next_start, wait_for_inputs
 from ddtree_core.kernels.pdl import options as pdl_options
-from ddtree_core.kernels.topk import (
+from ddtree_core.kernels.topk_lists import (
     _FLT_MAX,
     _NINF_KEY,
     _chunks_logsumexp,
@@ -689,7 +689,7 @@ def _emit_need(k: int, tiles: int, tile_groups: int) -> int:
 
 def group_maxima(logits: torch.Tensor, k: int, draft_temperature: float) -> torch.Tensor:
     """Kernel 1 alone, launched as `draft_topk` launches it: each group's largest key [rows, ceil(V / G)]
-    (int32, topk.py's order key). ddbench.topk_tune times it to split a call's time between the two kernels."""
+    (int32, topk_lists.py's order key). ddbench.topk_tune times it to split a call's time between the two kernels."""
     vocab = logits.shape[-1]
     check_k(k, vocab)
     rows, log_probs, token_ids = rows_and_outputs(logits, k)
