@@ -10,6 +10,7 @@ running it, then compiles each for the architecture and checks its shared memory
 one round (batch 1, budget 64, vocab 152,064); with -m slow the grid of batches 1 / 8 / 64, budgets
 16 / 64 / 256 / 1,024 and vocabularies 32,000 / 152,064, with and without per-request settings."""
 
+import contextlib
 import inspect
 import os
 import subprocess
@@ -28,17 +29,22 @@ def compile_for(kernel, arch: int, pointers: dict[str, str], constexprs: dict, w
     """triton.compile of `kernel` for sm_`arch`: pointers maps pointer parameters to Triton types, the
     constexprs their values (parameters with defaults keep them), every other parameter is an int32 scalar;
     registers: a cap per thread (maxnreg)."""
+    parameters = inspect.signature(kernel.fn).parameters
+    defaults = {n: p.default for n, p in parameters.items() if p.default is not inspect.Parameter.empty}
+    constexprs = {n: v for n, v in defaults.items() if n not in pointers} | constexprs  # as a launch leaves them
+    signature = {n: pointers.get(n, "constexpr" if n in constexprs else "i32") for n in parameters}
+    options = {"num_warps": warps} | ({"maxnreg": registers} if registers else {})
+    return _compile(kernel, signature, constexprs, arch, options)
+
+
+def _compile(kernel, signature: dict[str, str], constexprs: dict, arch: int, options: dict):
+    """triton.compile of `kernel` with this signature (parameter -> Triton type or "constexpr") for sm_`arch`."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    parameters = inspect.signature(kernel.fn).parameters
-    names = list(parameters)
-    defaults = {n: p.default for n, p in parameters.items() if p.default is not inspect.Parameter.empty}
-    constexprs = {n: v for n, v in defaults.items() if n not in pointers} | constexprs  # as a launch leaves them
-    signature = {n: pointers.get(n, "constexpr" if n in constexprs else "i32") for n in names}
+    names = list(signature)
     source = ASTSource(kernel, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()})
-    options = {"num_warps": warps} | ({"maxnreg": registers} if registers else {})
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
@@ -93,27 +99,22 @@ TYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "int64": "i64
 CUDA_PATH = {"DIVIDE": False, "FAST": True, "PDL": True}  # what a launch on a CUDA device of sm_90+ passes
 
 
+@contextlib.contextmanager
 def recorded_launches(sms: int):
     """A context in which every Triton launch is recorded as (kernel, args, kwargs) instead of run, and
     launch choices see `sms` SMs. Outputs stay uninitialised: only shapes reach the launches (no host sync)."""
-    import contextlib
-
     from triton.runtime.jit import JITFunction
 
     from ddtree_core.kernels import topk_radix
 
-    @contextlib.contextmanager
-    def recording():
-        launches = []
-        run, count = JITFunction.run, topk_radix._sms
-        JITFunction.run = lambda self, *args, grid, warmup, **kwargs: launches.append((self, args, kwargs))
-        topk_radix._sms = lambda device: sms
-        try:
-            yield launches
-        finally:
-            JITFunction.run, topk_radix._sms = run, count
-
-    return recording()
+    launches = []
+    run, count = JITFunction.run, topk_radix._sms
+    JITFunction.run = lambda self, *args, grid, warmup, **kwargs: launches.append((self, args, kwargs))
+    topk_radix._sms = lambda device: sms
+    try:
+        yield launches
+    finally:
+        JITFunction.run, topk_radix._sms = run, count
 
 
 def compile_launch(kernel, args, kwargs, arch: int):
@@ -121,9 +122,6 @@ def compile_launch(kernel, args, kwargs, arch: int):
     floats and bools as i32 (i64 when larger) / fp32 / i1, constexprs as passed (defaults where not), with
     CUDA_PATH's values where the CPU launch passed the interpreter's."""
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     positional, signature, constexprs = iter(args), {}, {}
     for param in kernel.params:
@@ -144,10 +142,8 @@ def compile_launch(kernel, args, kwargs, arch: int):
             signature[param.name] = "i32" if -(2**31) <= value < 2**31 else "i64"
         else:
             signature[param.name] = "fp32"
-    names = [param.name for param in kernel.params]
-    source = ASTSource(kernel, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()})
     options = {key: kwargs[key] for key in ("num_warps", "maxnreg") if key in kwargs}
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options), constexprs, options
+    return _compile(kernel, signature, constexprs, arch, options), constexprs, options
 
 
 def round_launches(sms: int, batch: int, budget: int, vocab: int, per_request: bool) -> list:
