@@ -7,7 +7,9 @@ dataset, or a JSONL file holding the same prompts in another order, changes noth
 
 The list holds every turn of the first EVAL_SIZES[name] prompts of DDTree's seed-0 shuffle
 (`datasets.shuffle_order`), as `split_from_shuffle` computes it (a test checks that the file still equals
-it): GSM8K 128 of 1319, HumanEval 64 of 164, MT-Bench 40 of 80 (both turns of each). The testbed
+it): GSM8K 128 of 1319, HumanEval 64 of 164, MT-Bench 40 of 80 (both turns of each), and all 30 of
+OOD_FILE, prompts written for this project outside the three datasets' formats (10 chat, 10 code, 10 math).
+The testbed
 drafter (`testbed.DRAFTER_DIR`) trained on every other prompt (`train_prompts`), so a benchmark of it is
 clean exactly when every prompt it sends is held out; training refuses held-out text
 (`check_training_texts`).
@@ -35,6 +37,9 @@ from ddbench.datasets import Prompt, load_all_prompts, load_prompts, shuffle_ord
 # Held-out prompts per builtin dataset: the first of the seed-0 shuffle; HASHES_FILE lists their turns.
 EVAL_SIZES = {"gsm8k": 128, "humaneval": 64, "mt-bench": 40}
 HASHES_FILE = Path(__file__).with_name("heldout.json")
+# Out-of-distribution prompts (chat, code, math) written for this project, in none of the datasets' formats:
+# every one is held out (HASHES_FILE's "ood"). `ddbench sweep --datasets ddbench/ood_prompts.jsonl` sends them.
+OOD_FILE = Path(__file__).with_name("ood_prompts.jsonl")
 
 
 class HeldOutError(ValueError):
@@ -98,9 +103,12 @@ def check_training_texts(texts: Iterable[str]) -> None:
 
 
 def split_from_shuffle(data_dir: str | Path | None = None) -> dict[str, list[str]]:
-    """The sorted turn hashes of the first EVAL_SIZES[name] prompts of each dataset's seed-0 shuffle: the content
+    """The sorted turn hashes of the first EVAL_SIZES[name] prompts of each dataset's seed-0 shuffle (and under
+    "ood", of every prompt of OOD_FILE): the content
     of HASHES_FILE, written once with `HASHES_FILE.write_text(json.dumps(split_from_shuffle(), indent=1) + "\\n")`."""
-    return {
+    split = {
         name: sorted(text_hash(turn) for prompt in load_prompts(name, size, data_dir=data_dir) for turn in prompt.turns)
         for name, size in EVAL_SIZES.items()
     }
+    split["ood"] = sorted(text_hash(turn) for prompt in load_all_prompts(str(OOD_FILE)) for turn in prompt.turns)
+    return split

@@ -387,10 +387,13 @@ def is_testbed_drafter(draft: str | Path) -> bool:
     return record is not None and record.role == "drafter" and is_testbed_drafter(record.source)
 
 
-def train_prompts(data_dir: str | Path | None = None) -> list[dict[str, Any]]:
+def train_prompts(data_dir: str | Path | None = None, synthetic: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """The drafter's training prompts: every builtin prompt outside the held-out split (ddbench.heldout), one
-    row per turn (MT-Bench: each turn as its own prompt); HeldOutError if a held-out text got in anyway."""
-    rows = []
+    row per turn (MT-Bench: each turn as its own prompt), then `synthetic[family]` prompts of each family of
+    `ddbench.synth`; HeldOutError if a held-out text got in anyway."""
+    from ddbench.synth import synthetic_prompts
+
+    rows = synthetic_prompts(synthetic) if synthetic else []
     for name in EVAL_SIZES:
         for prompt in heldout.train_prompts(name, data_dir=data_dir):
             rows += [
@@ -399,6 +402,17 @@ def train_prompts(data_dir: str | Path | None = None) -> list[dict[str, Any]]:
             ]
     heldout.check_training_texts(row["prompt"] for row in rows)
     return rows
+
+
+def _family_counts(spec: str) -> dict[str, int]:
+    """"math=6000,chat=5000" -> {"math": 6000, "chat": 5000}; ValueError naming --synthetic otherwise."""
+    counts = {}
+    for item in filter(None, spec.split(",")):
+        family, _, count = item.partition("=")
+        if not count.isdigit():
+            raise ValueError(f"--synthetic: expected FAMILY=COUNT items (e.g. math=6000), got {item!r}")
+        counts[family.strip()] = int(count)
+    return counts
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -419,6 +433,11 @@ def main(argv: list[str] | None = None) -> None:
     prompts = commands.add_parser("train-prompts", help="write the drafter's training prompts as JSONL")
     prompts.add_argument("out")
     prompts.add_argument("--data-dir")
+    prompts.add_argument(
+        "--synthetic",
+        default="",
+        help="also write synthetic prompts (ddbench.synth), e.g. math=6000,code=1400,chat=5000 (default: none)",
+    )
     args = parser.parse_args(argv)
     if args.command == "prepare":
         print(prepare_target(args.cache_dir, gguf=args.gguf))
@@ -432,8 +451,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(str(error))
         return
     try:
-        rows = train_prompts(args.data_dir)
-    except heldout.HeldOutError as error:
+        rows = train_prompts(args.data_dir, _family_counts(args.synthetic))
+    except ValueError as error:  # heldout.HeldOutError is one
         parser.exit(2, f"{parser.prog}: error: {error}\n")
     Path(args.out).write_text("".join(json.dumps(row) + "\n" for row in rows))
     print(f"{len(rows)} training prompts -> {args.out}")

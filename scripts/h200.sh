@@ -8,6 +8,7 @@
 #                                            prepare the target, start the jobs (setsid)
 #   bash scripts/h200.sh restart [JOB..]  stop all jobs, take this call's ddtree_core/ddbench, resume
 #   bash scripts/h200.sh wait SECS    wait for the jobs, pack logs and results into $OUT
+#   bash scripts/h200.sh get FILE     a file under the work folder into $OUT, in 15 MiB pieces
 # A `/` splits the jobs into queues that run side by side, the first on GPU 0, the next on GPU 1
 # (nvidia-h200-x2): `serve trace grid / gputests kvleak` (logs sweeps-0.log, sweeps-1.log).
 # Jobs (default: match parity-p1 parity-p16, the first run's):
@@ -62,6 +63,9 @@
 #               passes; `nvidia-smi pmon` samples each process's SM use meanwhile (only the measured server works);
 #               last, with the b63 and b255 servers stopped, AR, DFLASH and b15 on GSM8K again (one pass): do idle
 #               servers beside the measured one change its numbers?
+#   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.synth's) from an AR
+#               server, 2-, 3- and 4-layer drafters trained side by side on them, each one's simulated acceptance
+#               (ddbench.accept) on greedy answers to the held-out prompts, beside the bundled drafter's
 #   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
 #               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
 #               tokens in the batch: a B x W-token verify reads the weights a (B x W)-token decode step reads
@@ -378,18 +382,52 @@ sweeps)
         resweep three-c1 "${three[@]}" --concurrency 1 --num-prompts 32
         resweep three-load "${three[@]}" --concurrency 16
         while read -r name pid; do kill -- -"$pid" 2> /dev/null; done < "$R/pids" ;;
+      drafter)  # testbed drafters: the target's answers from an AR server (ddbench.distill, DISTILL_S seconds at
+        # most), shapes trained side by side (TRAIN_S seconds each), then the acceptance of each and of the bundled
+        # drafter on greedy answers to the held-out prompts (ddbench.accept); `get` fetches a drafter's weights
+        D=$W/distill R=$W/runs/drafter && mkdir -p "$D" "$R" && nvidia-smi > "$R/nvidia-smi.txt"
+        python3 -m ddbench.testbed train-prompts "$D/prompts.jsonl" --data-dir "$W/data" \
+          --synthetic "${SYNTH:-math=8000,code=1400,chat=6000}" > "$R/prompts.txt" 2>&1
+        sha256sum "$D/prompts.jsonl" >> "$R/prompts.txt"
+        url=http://127.0.0.1:$PORT
+        serve_algo drafter-ar "$PORT" AR 0 --mem-fraction-static 0.5 --cuda-graph-max-bs 512 \
+          --max-running-requests 1024 || { echo "drafter: no server" >> "$W/done"; continue; }
+        python3 -m ddbench.distill eval "$R/eval.jsonl" --url "$url" --model "$T" --data-dir "$W/data" > "$R/distill.log" 2>&1
+        timeout "${DISTILL_S:-300}" python3 -m ddbench.distill train "$D/prompts.jsonl" "$D/answers.jsonl" --url "$url" \
+          --model "$T" --temperatures "${TEMPERATURES:-0,0.7,1.0}" --concurrency 512 >> "$R/distill.log" 2>&1
+        stop_server
+        wc -l "$D/answers.jsonl" >> "$R/distill.log"
+        variant() {
+          local name=$1; shift
+          python3 -m ddtree_core.reference.train --target "$T" --answers "$D/answers.jsonl" --out "$R/$name" \
+            --mask-token-id 16 --num-heads 8 --num-kv-heads 2 --head-dim 64 --num-target-features 4 --block-size 16 \
+            --batch-size 64 --blocks-per-seq 16 --lr 8e-4 --warmup 200 --steps 100000 --max-seconds "${TRAIN_S:-360}" \
+            "$@" > "$R/$name.log" 2>&1
+          python3 -m ddbench.accept --target "$T" --draft "$R/$name" --answers "$R/eval.jsonl" --budgets 15,63 \
+            --out "$R/$name/accept.json" > "$R/$name/accept.md" 2>&1
+        }
+        variant l2 --num-layers 2 --intermediate-size 1536 &
+        variant l3 --num-layers 3 --intermediate-size 1536 &
+        variant l4 --num-layers 4 --intermediate-size 1536 &
+        python3 -m ddbench.accept --target "$T" --draft "$DRAFT" --answers "$R/eval.jsonl" --budgets 15,63 \
+          --out "$R/bundled-accept.json" > "$R/bundled-accept.md" 2>&1
+        wait
+        echo "drafter rc=0" >> "$W/done" ;;
       *) echo "unknown job $job" ;;
       esac
     done
   done
   echo "all-$GPU" >> "$W/done"
   ;;
+get)  # get FILE: FILE (under $W) into $OUT in pieces of 15 MiB (cat them back together)
+  split -b 15M -d "$W/$2" "$OUT/$(basename "$2")." && ls -l "$OUT" && sha256sum "$W/$2"
+  ;;
 wait)
   n=$(cat "$W/queues" 2> /dev/null || echo 1)
   timeout "${2:-500}" bash -c "until [ \$(cat $W/done 2>/dev/null | grep -c '^all') -ge $n ]; do sleep 5; done"
   cat "$W/done" 2>/dev/null; tail -n 15 "$W"/sweeps-*.log
   cp "$W"/sweeps-*.log "$OUT/"
-  [ -d "$W/runs" ] && tar czf "$OUT/runs.tgz" -C "$W" --exclude runs/trace runs
+  [ -d "$W/runs" ] && tar czf "$OUT/runs.tgz" -C "$W" --exclude runs/trace --exclude '*.safetensors' runs
   [ -d "$W/runs/trace" ] && tar cf "$OUT/trace.tar" -C "$W/runs" trace  # gzipped traces
   ls -l "$OUT"
   ;;

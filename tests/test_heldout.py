@@ -27,7 +27,21 @@ def bundled_sweep_prompts(data_dir, **settings) -> dict[str, list[Prompt]]:
 def test_hash_file_lists_the_first_prompts_of_the_seed0_shuffle(data_dir):
     listed = json.loads(HASHES_FILE.read_text())
     assert listed == heldout.split_from_shuffle(data_dir)
-    assert {name: len(hashes) for name, hashes in listed.items()} == {"gsm8k": 128, "humaneval": 64, "mt-bench": 80}
+    sizes = {name: len(hashes) for name, hashes in listed.items()}
+    assert sizes == {"gsm8k": 128, "humaneval": 64, "mt-bench": 80, "ood": 30}
+
+
+def test_ood_prompts_are_held_out_and_refused_by_training(data_dir, tmp_path):
+    ood = load_all_prompts(str(heldout.OOD_FILE))
+    assert len(ood) == 30 and all(map(is_held_out, ood))
+    assert {heldout.held_out_dataset(p.turns[0]) for p in ood} == {"ood"}
+    with pytest.raises(heldout.HeldOutError, match="1 of ood"):
+        heldout.check_training_texts(["a new question", ood[3].turns[0]])
+    rows = tmp_path / "train.jsonl"
+    testbed.main(["train-prompts", str(rows), "--data-dir", str(data_dir), "--synthetic", "math=50,code=20,chat=50"])
+    written = [json.loads(line) for line in rows.read_text().splitlines()]
+    assert sum(row["dataset"].startswith("synth-") for row in written) == 120
+    assert not {text_hash(p.turns[0]) for p in ood} & {text_hash(row["prompt"]) for row in written}
 
 
 @pytest.mark.parametrize("name", DATASET_NAMES)

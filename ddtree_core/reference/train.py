@@ -10,8 +10,10 @@
    cross-entropy of the target's next block_size - 1 tokens through the target's frozen lm_head,
    weighted exp(-(k - 1) / decay) at block position k: early positions decide acceptance.
 
-`python -m ddtree_core.reference.train --target DIR --prompts FILE.jsonl --out DIR` (see --help). A prompt of
-the held-out evaluation split (ddbench.heldout) is refused before anything is written (exit status 2).
+`python -m ddtree_core.reference.train --target DIR --prompts FILE.jsonl --out DIR` (see --help) answers the
+prompts with the target's `generate` here; `--answers FILE.jsonl` trains on answers a server wrote
+(`python -m ddbench.distill train`, much faster on a GPU). A prompt of the held-out evaluation split
+(ddbench.heldout) is refused before anything is written (exit status 2).
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from ddtree_core.reference.dflash import DFlashDraftModel
 @dataclass(frozen=True)
 class TrainConfig:
     target: str  # HF folder of the target
-    prompts: str  # JSONL, one {"prompt": str} or {"turns": [str, ...]} per line (first turn used)
+    prompts: str | None  # JSONL, one {"prompt": str} or {"turns": [str, ...]} per line (first turn used)
     out: str  # drafter folder to write (z-lab DFlash layout)
     mask_token_id: int
+    answers: str | None = None  # JSONL of the target's answers (ddbench.distill train): used instead of prompts
     target_layer_ids: tuple[int, ...] | None = None  # None: evenly spread over the target
     num_target_features: int = 4  # layers captured when target_layer_ids is None
     num_layers: int = 2
@@ -53,6 +56,7 @@ class TrainConfig:
     blocks_per_seq: int = 8
     lr: float = 6e-4
     warmup: int = 100
+    max_seconds: float = 0.0  # > 0: fewer steps where `steps` would take longer (rate measured over 20 steps)
     loss_decay: float = 7.0
     seed: int = 0
     device: str = "cuda"
@@ -149,7 +153,13 @@ def train(cfg: TrainConfig) -> Path:
     """Train and save the drafter; HeldOutError, with nothing written, if a training prompt is held out."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    texts = load_prompt_texts(cfg.prompts)
+    if (cfg.prompts is None) == (cfg.answers is None):
+        raise ValueError("give either prompts (answered here) or answers (ddbench.distill train), not both")
+    if cfg.answers is not None:
+        rows = [json.loads(line) for line in Path(cfg.answers).read_text().splitlines() if line.strip()]
+        texts = [row["prompt"] for row in rows]
+    else:
+        texts = load_prompt_texts(cfg.prompts)
     check_training_texts(texts)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -188,9 +198,12 @@ def train(cfg: TrainConfig) -> Path:
     drafter.train()
     log({"event": "config", **asdict(cfg), "target_layer_ids": list(layer_ids)})
 
-    sequences = generate_answers(target, tokenizer, texts, cfg, log)
-    for _ in range(cfg.sampled_passes):
-        sequences += generate_answers(target, tokenizer, texts, cfg, log, cfg.sample_temperature)
+    if cfg.answers is not None:
+        sequences = [(row["ids"], row["prompt_len"]) for row in rows]
+    else:
+        sequences = generate_answers(target, tokenizer, texts, cfg, log)
+        for _ in range(cfg.sampled_passes):
+            sequences += generate_answers(target, tokenizer, texts, cfg, log, cfg.sample_temperature)
     lengths = [len(ids) - p for ids, p in sequences]
     log({"event": "data", "sequences": len(sequences), "answer_tokens": sum(lengths)})
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -202,14 +215,21 @@ def train(cfg: TrainConfig) -> Path:
 
 
 def fit(drafter, target, sequences, cfg: TrainConfig, pad_id: int, log) -> None:
-    """AdamW with warmup and cosine decay over `cfg.steps` random batches of `sequences`."""
+    """AdamW with warmup and cosine decay over `cfg.steps` random batches of `sequences` (with cfg.max_seconds,
+    over as many as fit in that time at the rate of the first 20 steps)."""
     drafter.train()
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, cfg))
+    total = [cfg.steps]
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, cfg.warmup, total[0]))
     generator = torch.Generator().manual_seed(cfg.seed)
     device = drafter.device
     weights = torch.exp(-torch.arange(cfg.block_size, device=device).clamp(min=1).sub(1) / cfg.loss_decay)
-    for step in range(cfg.steps):
+    step, started = 0, time.time()
+    while step < total[0]:
+        if step == 20 and cfg.max_seconds > 0:
+            fits = int(cfg.max_seconds * 20 / (time.time() - started))
+            total[0] = max(21, min(cfg.steps, fits))
+            log({"event": "steps", "steps": total[0], "max_seconds": cfg.max_seconds})
         picks = torch.randint(len(sequences), (cfg.batch_size,), generator=generator).tolist()
         ids, anchors = make_batch([sequences[i] for i in picks], cfg, pad_id, generator)
         ids, anchors = ids.to(device), anchors.to(device)
@@ -220,8 +240,9 @@ def fit(drafter, target, sequences, cfg: TrainConfig, pad_id: int, log) -> None:
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        if step % 50 == 0 or step == cfg.steps - 1:
+        if step % 50 == 0 or step == total[0] - 1:
             log({"event": "step", "step": step, "loss": round(loss.item(), 4), "acc": [round(a, 3) for a in accuracy]})
+        step += 1
     drafter.eval()
 
 
@@ -254,17 +275,19 @@ def evenly_spread(num_layers: int, count: int) -> list[int]:
     return [round(start + i * (end - start) / (count - 1)) for i in range(count)]
 
 
-def _lr_factor(step: int, cfg: TrainConfig) -> float:
-    if step < cfg.warmup:
-        return (step + 1) / cfg.warmup
-    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+def _lr_factor(step: int, warmup: int, steps: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", required=True, help="HF folder of the target model")
-    parser.add_argument("--prompts", required=True, help="training prompts, JSONL with 'prompt' or 'turns'")
+    sources = parser.add_mutually_exclusive_group(required=True)
+    sources.add_argument("--prompts", help="training prompts, JSONL with 'prompt' or 'turns' (answered here)")
+    sources.add_argument("--answers", help="the target's answers, JSONL of `python -m ddbench.distill train`")
     parser.add_argument("--out", required=True, help="folder for the drafter and train_log.jsonl")
     parser.add_argument("--mask-token-id", type=int, required=True, help="token fed at masked block positions")
     parser.add_argument("--target-layer-ids", help="comma list; default: evenly spread")
@@ -286,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     ):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(TrainConfig, name))
     parser.add_argument("--sampled-passes", type=int, default=TrainConfig.sampled_passes)
-    for name in ("lr", "loss_decay", "sample_temperature"):
+    for name in ("lr", "loss_decay", "sample_temperature", "max_seconds"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(TrainConfig, name))
     parser.add_argument("--device", default=TrainConfig.device)
     args = vars(parser.parse_args(argv))
