@@ -2,7 +2,7 @@
 `ddbench.accept` measures a drafter's acceptance.
 
     python -m ddbench.distill train PROMPTS.jsonl OUT.jsonl --url http://127.0.0.1:30000 --model TARGET \\
-        --temperatures 0,0.7,1.0 --max-new-tokens 256 --concurrency 512
+        --temperatures 0,0.7,1.0 --max-new-tokens 256 --batch 64 --concurrency 8
     python -m ddbench.distill eval OUT.jsonl --url ... --model TARGET --max-new-tokens 128
 
 `train` answers every prompt of PROMPTS (`ddbench.testbed train-prompts` writes it; a held-out prompt is
@@ -15,13 +15,15 @@ answer is one JSON line:
     {"key": "17:0.7", "dataset": "synth-math", "prompt": "...", "temperature": 0.7,
      "prompt_len": 48, "ids": [prompt ids..., answer ids...]}
 
-An interrupted run resumes: keys already in OUT are skipped. A line per 5 % of the requests reports progress.
+Requests go in a seeded random order, so a run cut short (`timeout`) holds a fair sample of every dataset and
+temperature; an interrupted run resumes: keys already in OUT are skipped. A line per 5 % reports progress.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -62,40 +64,80 @@ def answer_all(
     temperatures: list[float],
     max_new_tokens: int,
     concurrency: int,
+    batch: int = 1,
+    seed: int = 0,
     log=print,
 ) -> int:
-    """Append to `out` the answer of every (row, temperature) not yet in it; returns how many were added."""
+    """Append to `out` the answer of every (row, temperature) not yet in it; returns how many were added.
+
+    The requests go in a seeded random order (a run stopped early holds a sample of every dataset and
+    temperature, not the first ones), `batch` prompts per request (SGLang's /generate takes a list of
+    input_ids; 1 sends one prompt per request, as any server takes), `concurrency` requests in flight.
+    """
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     done = {row["key"] for row in read_rows(out)} if out.exists() else set()
     jobs = [(f"{i}:{t:g}", row, t) for t in temperatures for i, row in enumerate(rows) if f"{i}:{t:g}" not in done]
-    log(f"{len(jobs)} requests ({len(done)} answers already in {out})")
+    random.Random(seed).shuffle(jobs)
+    prompts = {row["prompt"]: None for _, row, _ in jobs}
+    for text in prompts:  # tokenized once, here, not under the workers' lock
+        prompts[text] = chat_input_ids(tokenizer, [{"role": "user", "content": text}])
+    groups = [jobs[i : i + batch] for i in range(0, len(jobs), batch)]
+    log(f"{len(jobs)} answers to get in {len(groups)} requests ({len(done)} already in {out})")
     start, step = time.time(), max(1, len(jobs) // 20)
 
-    def one(http: httpx.Client, key: str, row: dict[str, Any], temperature: float) -> dict[str, Any]:
-        prompt = chat_input_ids(tokenizer, [{"role": "user", "content": row["prompt"]}])
-        params = {"temperature": temperature, "max_new_tokens": max_new_tokens}
-        completion = generate(http, url, prompt, params, stream=False)
-        return {
-            "key": key,
-            "dataset": row.get("dataset"),
-            "prompt": row["prompt"],
-            "temperature": temperature,
-            "prompt_len": len(prompt),
-            "ids": prompt + list(completion.output_ids),
-        }
+    def one(http: httpx.Client, group: list) -> list[dict[str, Any]]:
+        by_temperature: dict[float, list] = {}
+        for job in group:
+            by_temperature.setdefault(job[2], []).append(job)
+        answers = []
+        for temperature, part in by_temperature.items():
+            ids = [prompts[row["prompt"]] for _, row, _ in part]
+            params = {"temperature": temperature, "max_new_tokens": max_new_tokens}
+            outputs = (
+                _generate_many(http, url, ids, params) if batch > 1 else [_generate_one(http, url, ids[0], params)]
+            )
+            for (key, row, _), prompt, output in zip(part, ids, outputs):
+                answers.append(
+                    {
+                        "key": key,
+                        "dataset": row.get("dataset"),
+                        "prompt": row["prompt"],
+                        "temperature": temperature,
+                        "prompt_len": len(prompt),
+                        "ids": prompt + output,
+                    }
+                )
+        return answers
 
     written = 0
-    with httpx.Client(timeout=600.0, limits=httpx.Limits(max_connections=concurrency)) as http, out.open("a") as sink:
+    limits = httpx.Limits(max_connections=concurrency)
+    with httpx.Client(timeout=1800.0, limits=limits) as http, out.open("a") as sink:
         with ThreadPoolExecutor(concurrency) as pool:
-            futures = [pool.submit(one, http, *job) for job in jobs]
+            futures = [pool.submit(one, http, group) for group in groups]
             for future in as_completed(futures):
-                sink.write(json.dumps(future.result()) + "\n")
-                written += 1
-                if written % step == 0 or written == len(jobs):
-                    log(f"{written}/{len(jobs)} answers, {time.time() - start:.0f} s")
+                for answer in future.result():
+                    sink.write(json.dumps(answer) + "\n")
+                    written += 1
+                    if written % step == 0 or written == len(jobs):
+                        log(f"{written}/{len(jobs)} answers, {time.time() - start:.0f} s")
+                sink.flush()
     return written
+
+
+def _generate_one(http: httpx.Client, url: str, input_ids: list[int], params: dict) -> list[int]:
+    return list(generate(http, url, input_ids, params, stream=False).output_ids)
+
+
+def _generate_many(http: httpx.Client, url: str, input_ids: list[list[int]], params: dict) -> list[list[int]]:
+    """One /generate request for several prompts (SGLang answers a list with a list, in order)."""
+    response = http.post(f"{url}/generate", json={"input_ids": input_ids, "sampling_params": params})
+    response.raise_for_status()
+    bodies = response.json()
+    if not isinstance(bodies, list) or len(bodies) != len(input_ids):
+        raise ValueError(f"{url}/generate: expected a list of {len(input_ids)} answers for a batched request")
+    return [[int(token) for token in body["output_ids"]] for body in bodies]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -110,7 +152,10 @@ def main(argv: list[str] | None = None) -> None:
         command.add_argument("--url", required=True, help="server with SGLang's /generate, e.g. http://127.0.0.1:30000")
         command.add_argument("--model", required=True, help="the served target's folder (its tokenizer)")
         command.add_argument("--max-new-tokens", type=int, default=256 if command is train else 128)
-        command.add_argument("--concurrency", type=int, default=256, help="requests in flight")
+        command.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
+        command.add_argument(
+            "--batch", type=int, default=64, help="prompts per request (SGLang takes lists; 1 for other servers)"
+        )
     train.add_argument("--temperatures", default="0", help="comma list; 0 is greedy (default: 0)")
     args = parser.parse_args(argv)
     if args.command == "train":

@@ -64,7 +64,7 @@
 #               last, with the b63 and b255 servers stopped, AR, DFLASH and b15 on GSM8K again (one pass): do idle
 #               servers beside the measured one change its numbers?
 #   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.synth's) from an AR
-#               server, 2-, 3- and 4-layer drafters trained side by side on them, each one's simulated acceptance
+#               server, a drafter per depth in LAYERS trained on them, each one's simulated acceptance
 #               (ddbench.accept) on greedy answers to the held-out prompts, beside the bundled drafter's
 #   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
 #               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
@@ -383,8 +383,9 @@ sweeps)
         resweep three-load "${three[@]}" --concurrency 16
         while read -r name pid; do kill -- -"$pid" 2> /dev/null; done < "$R/pids" ;;
       drafter)  # testbed drafters: the target's answers from an AR server (ddbench.distill, DISTILL_S seconds at
-        # most), shapes trained side by side (TRAIN_S seconds each), then the acceptance of each and of the bundled
-        # drafter on greedy answers to the held-out prompts (ddbench.accept); `get` fetches a drafter's weights
+        # most), a drafter per depth in LAYERS (default 2) trained one after the other (TRAIN_S seconds each), then
+        # the acceptance of each and of the bundled drafter on greedy answers to the held-out prompts
+        # (ddbench.accept, one thread: side by side they starve training); `get` fetches a drafter's weights
         D=$W/distill R=$W/runs/drafter && mkdir -p "$D" "$R" && nvidia-smi > "$R/nvidia-smi.txt"
         python3 -m ddbench.testbed train-prompts "$D/prompts.jsonl" --data-dir "$W/data" \
           --synthetic "${SYNTH:-math=8000,code=1400,chat=6000}" > "$R/prompts.txt" 2>&1
@@ -394,24 +395,19 @@ sweeps)
           --max-running-requests 1024 || { echo "drafter: no server" >> "$W/done"; continue; }
         python3 -m ddbench.distill eval "$R/eval.jsonl" --url "$url" --model "$T" --data-dir "$W/data" > "$R/distill.log" 2>&1
         timeout "${DISTILL_S:-300}" python3 -m ddbench.distill train "$D/prompts.jsonl" "$D/answers.jsonl" --url "$url" \
-          --model "$T" --temperatures "${TEMPERATURES:-0,0.7,1.0}" --concurrency 512 >> "$R/distill.log" 2>&1
+          --model "$T" --temperatures "${TEMPERATURES:-0,0.7,1.0}" --batch 64 --concurrency 8 >> "$R/distill.log" 2>&1
         stop_server
         wc -l "$D/answers.jsonl" >> "$R/distill.log"
-        variant() {
-          local name=$1; shift
-          python3 -m ddtree_core.reference.train --target "$T" --answers "$D/answers.jsonl" --out "$R/$name" \
-            --mask-token-id 16 --num-heads 8 --num-kv-heads 2 --head-dim 64 --num-target-features 4 --block-size 16 \
-            --batch-size 64 --blocks-per-seq 16 --lr 8e-4 --warmup 200 --steps 100000 --max-seconds "${TRAIN_S:-360}" \
-            "$@" > "$R/$name.log" 2>&1
-          python3 -m ddbench.accept --target "$T" --draft "$R/$name" --answers "$R/eval.jsonl" --budgets 15,63 \
-            --out "$R/$name/accept.json" > "$R/$name/accept.md" 2>&1
-        }
-        variant l2 --num-layers 2 --intermediate-size 1536 &
-        variant l3 --num-layers 3 --intermediate-size 1536 &
-        variant l4 --num-layers 4 --intermediate-size 1536 &
-        python3 -m ddbench.accept --target "$T" --draft "$DRAFT" --answers "$R/eval.jsonl" --budgets 15,63 \
-          --out "$R/bundled-accept.json" > "$R/bundled-accept.md" 2>&1
-        wait
+        for layers in ${LAYERS:-2}; do
+          python3 -m ddtree_core.reference.train --target "$T" --answers "$D/answers.jsonl" --out "$R/l$layers" \
+            --num-layers "$layers" --mask-token-id 16 --num-heads 8 --num-kv-heads 2 --head-dim 64 --intermediate-size 1536 \
+            --num-target-features 4 --block-size 16 --batch-size "${BATCH:-128}" --blocks-per-seq 8 --lr "${LR:-1e-3}" \
+            --warmup 200 --steps 100000 --max-seconds "${TRAIN_S:-420}" > "$R/l$layers.log" 2>&1
+        done
+        for drafter in "$DRAFT" "$R"/l[0-9]*/; do
+          OMP_NUM_THREADS=1 python3 -m ddbench.accept --target "$T" --draft "$drafter" --answers "$R/eval.jsonl" \
+            --budgets 15,63 --out "$R/accept-$(basename "$drafter").json" > "$R/accept-$(basename "$drafter").md" 2>&1
+        done
         echo "drafter rc=0" >> "$W/done" ;;
       *) echo "unknown job $job" ;;
       esac

@@ -1,0 +1,82 @@
+"""ddbench.distill: answers from a /generate server, batched or one by one, resumable, held-out prompts refused."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from ddbench import distill, heldout
+from ddbench.datasets import load_all_prompts
+from tests.cli.conftest import byte_tokenizer
+
+
+class Echo(BaseHTTPRequestHandler):
+    """/generate answering each prompt with its last 3 ids reversed plus the temperature x 10; lists for lists."""
+
+    requests: list = []
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Echo.requests.append(body)
+        t = int(body["sampling_params"]["temperature"] * 10)
+
+        def answer(ids):
+            return {"output_ids": ids[-3:][::-1] + [t], "meta_info": {"completion_tokens": 4}}
+
+        ids = body["input_ids"]
+        payload = [answer(x) for x in ids] if ids and isinstance(ids[0], list) else answer(ids)
+        data = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    Echo.requests = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_port}"
+    httpd.shutdown()
+
+
+@pytest.fixture
+def model(tmp_path):
+    folder = tmp_path / "model"
+    byte_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_answers_every_prompt_at_every_temperature_and_resumes(server, model, tmp_path, batch):
+    rows = [{"dataset": "d", "prompt": f"question {i}"} for i in range(5)]
+    out = tmp_path / "answers.jsonl"
+    settings = dict(url=server, model=model, temperatures=[0.0, 0.7], max_new_tokens=4, concurrency=2, batch=batch)
+    assert distill.answer_all(rows[:3], out, **settings, log=lambda _: None) == 6
+    assert distill.answer_all(rows, out, **settings, log=lambda _: None) == 4  # only the new prompts' answers
+    answers = {a["key"]: a for a in distill.read_rows(out)}
+    assert sorted(answers) == sorted(f"{i}:{t}" for i in range(5) for t in ("0", "0.7"))
+    one = answers["4:0.7"]
+    prompt = one["ids"][: one["prompt_len"]]
+    assert one["ids"][one["prompt_len"] :] == prompt[-3:][::-1] + [7] and one["prompt"] == "question 4"
+    sent = [len(r["input_ids"]) if isinstance(r["input_ids"][0], list) else 1 for r in Echo.requests]
+    assert max(sent) <= batch and sum(sent) == 10
+
+
+def test_train_refuses_held_out_prompts_and_eval_answers_them(server, model, tmp_path, data_dir):
+    held = heldout.eval_prompts("gsm8k", data_dir=data_dir)[0].turns[0]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "new"}) + "\n" + json.dumps({"prompt": held}) + "\n")
+    out = tmp_path / "a.jsonl"
+    with pytest.raises(SystemExit) as stop:
+        distill.main(["train", str(prompts), str(out), "--url", server, "--model", model])
+    assert stop.value.code == 2 and not out.exists() and not Echo.requests
+    rows = distill.eval_rows(data_dir)
+    assert len(rows) == 128 + 64 + 40 + len(load_all_prompts(str(heldout.OOD_FILE)))
+    assert all(heldout.held_out_dataset(row["prompt"]) for row in rows)
