@@ -99,7 +99,8 @@ def sweep(
         int | None, typer.Option(help="GPUs per server: 1 gives one server per GPU, 8 one 8-GPU server (default: 1).")
     ] = None,
     workers: Annotated[
-        int | None, typer.Option(help="CPU reference-engine servers running cells in parallel (default: 2).")
+        int | None,
+        typer.Option(help="CPU reference-engine servers running cells in parallel, sharing the cores (default: 1)."),
     ] = None,
     out: Annotated[
         Csv, typer.Option(help="Results folder; rerunning into it resumes (default: results/<config name>).")
@@ -239,7 +240,7 @@ def _print_plan(plan, config) -> None:
 
 # What a sweep on the reference engine measures unless told otherwise (the SGLang defaults are the
 # published harness's: 128 prompts, 2048 tokens).
-CPU_DEFAULTS = {"datasets": "gsm8k", "num_prompts": 6, "max_new_tokens": 64, "budgets": "16,32,64", "workers": 2}
+CPU_DEFAULTS = {"datasets": "gsm8k", "num_prompts": 6, "max_new_tokens": 64, "budgets": "16,32,64", "workers": 1}
 
 
 def _machine_defaults(values: dict, fleet: Fleet | None = None) -> dict:

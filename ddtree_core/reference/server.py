@@ -537,7 +537,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--draft-temperature", type=float, default=1.0)
     hold = "DDTree trees hold the drafter's rank-0 chain first (custom_params.ddtree_hold_chain overrides it)"
     parser.add_argument("--hold-chain", action="store_true", help=hold)
-    parser.add_argument("--tree-impl", default="reference", choices=("reference", "torch", "triton"))
+    parser.add_argument(
+        "--tree-impl",
+        default="torch",
+        choices=("reference", "torch", "triton"),
+        help="tree build, mask and walk: torch (default: equal to the host-heap reference bit for bit, and several"
+        " times faster per round), reference (the oracle), or triton (GPU)",
+    )
     parser.add_argument("--api-key", help="every route but /health wants Authorization: Bearer API_KEY")
     return parser
 

@@ -108,7 +108,7 @@ def test_dry_run_lists_what_is_left_and_writes_nothing(swept, tiny_pair, prompt_
     result = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out, "--budgets", "2,4", "--dry-run"))
     assert result.exit_code == 0, result.output
     assert "1. reference-ddtree: 1 cell(s), tiny__ddtree-b4-dauto-dt1__t0__c1\n" in result.output
-    assert "1 cells to run on 1 server start(s), 2 side by side; 3 already done" in result.output
+    assert "1 cells to run on 1 server start(s), 1 side by side; 3 already done" in result.output  # one CPU worker
     assert sorted(path.relative_to(out) for path in out.rglob("*")) == before
     fresh = runner.invoke(app, sweep_args(tiny_pair, prompt_file, tmp_path / "new", "--dry-run"))
     assert "4 cells to run on 3 server start(s)" in fresh.output  # one DDTree server: per-request budgets
@@ -209,7 +209,7 @@ def test_repeats_extend_a_finished_sweep_and_resume_pass_by_pass(swept, tiny_pai
     plan = runner.invoke(app, [*repeat_args, "--dry-run"])
     assert plan.exit_code == 0, plan.output
     assert "pass 2 of 2:\n  1. " in plan.output and "pass 1 of 2" not in plan.output
-    assert "4 cells to run on 3 server start(s), 2 side by side; 4 already done" in plan.output
+    assert "4 cells to run on 3 server start(s), 1 side by side; 4 already done" in plan.output
     result = runner.invoke(app, repeat_args)
     assert result.exit_code == 0, result.output
     assert "4 cells run, 4 already done" in result.output and "tiny: median over repeats" in result.output
@@ -236,7 +236,7 @@ def test_repeats_dry_run_lists_the_passes_and_zero_exits_2(tiny_pair, prompt_fil
     lines = plan.output.splitlines()
     assert [line for line in lines if line.startswith("pass")] == ["pass 1 of 3:", "pass 2 of 3:", "pass 3 of 3:"]
     assert lines[lines.index("pass 3 of 3:") + 1].startswith("  7. ")  # start order runs on across passes
-    assert "12 cells to run on 9 server start(s), 2 side by side; 0 already done" in plan.output
+    assert "12 cells to run on 9 server start(s), 1 side by side; 0 already done" in plan.output
     bad = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out, "--repeats", "0"))
     assert bad.exit_code == 2 and bad.stderr == "error: repeats must be an integer >= 1, got 0\n"
     assert not out.exists()
