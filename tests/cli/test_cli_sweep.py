@@ -456,3 +456,23 @@ def test_baseline_refuses_to_replace_a_file(tiny_pair, tmp_path):
     assert result.exit_code == 2
     assert result.stderr.strip() == f"error: {out} exists; choose another --out or pass --overwrite"
     assert out.read_text() == "{}"
+
+
+def test_piped_progress_prints_a_line_per_finished_cell():
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from ddbench.cli import RichProgress
+
+    stream = io.StringIO()
+    with RichProgress(Console(file=stream, width=200)) as progress:
+        progress.cells_planned(2)
+        for cell_id, error in (("a__ar__t0__c1", None), ("a__dflash__t0__c1", "boom")):
+            cell = SimpleNamespace(cell_id=cell_id)
+            progress.cell_started(cell, 3)
+            progress.cell_finished(cell, error)
+    lines = stream.getvalue().splitlines()
+    assert any(line.startswith("cell 1/2 done: a__ar__t0__c1 (0:00:0") for line in lines)
+    assert any(line.startswith("cell 2/2 failed: a__dflash__t0__c1 (") for line in lines)
