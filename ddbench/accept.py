@@ -10,7 +10,7 @@ the bonus token at position p, DFlash accepts the leading matches of its argmax 
 deepest path of its tree that spells y[p+1:]; the round's tau is matches + 1 (cut at the end of the answer)
 and the next round starts at p + tau, as `ddbench.strength.greedy_rounds` (the reference: one
 `DFlashProposer` call per visited position) computes it. Here the drafter's block at every answer position
-comes from batched passes with the training mask (`reference.train.block_inputs`: each block sees the target
+comes from batched passes with the training mask (`ddbench.train.block_inputs`: each block sees the target
 features before its anchor and itself), and the trees of all positions are built at once from their top-K
 lists (K = the largest budget, which gives exactly the DDTree tree). The result equals the engine's tau on the
 same greedy outputs up to float rounding of the drafter's logits (a test holds it to strength's rounds).
@@ -39,7 +39,7 @@ from ddtree_core.types import DraftTopK
 def block_topk(target, drafter, ids: Sequence[int], first: int, k: int, chunk: int = 64) -> DraftTopK:
     """The drafter's top-k log-probs of block positions 1 .. L-1 at every bonus position p = first .. len(ids) - 2,
     as a DraftTopK [P, L - 1, k] (row i: bonus position first + i)."""
-    from ddtree_core.reference.train import block_inputs
+    from ddbench.train import block_inputs
 
     device = drafter.device
     sequence = torch.tensor([list(ids)], device=device)

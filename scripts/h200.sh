@@ -399,7 +399,7 @@ sweeps)
         stop_server
         wc -l "$D/answers.jsonl" >> "$R/distill.log"
         for layers in ${LAYERS:-2}; do
-          python3 -m ddtree_core.reference.train --target "$T" --answers "$D/answers.jsonl" --out "$R/l$layers" \
+          python3 -m ddbench.train --target "$T" --answers "$D/answers.jsonl" --out "$R/l$layers" \
             --num-layers "$layers" --mask-token-id 16 --num-heads 8 --num-kv-heads 2 --head-dim 64 --intermediate-size 1536 \
             --num-target-features 4 --block-size 16 --batch-size "${BATCH:-128}" --blocks-per-seq 8 --lr "${LR:-1e-3}" \
             --warmup 200 --steps 100000 --max-seconds "${TRAIN_S:-420}" > "$R/l$layers.log" 2>&1

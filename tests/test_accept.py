@@ -4,7 +4,7 @@ import torch
 
 from ddbench.accept import block_topk, evaluate, rounds, table
 from ddbench.strength import greedy_rounds, trajectory
-from tests.test_reference_train import VOCAB, tiny_pair
+from tests.test_train import VOCAB, tiny_pair
 
 
 def greedy_answer(target, prompt, length):

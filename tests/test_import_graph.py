@@ -1,8 +1,9 @@
 """No import cycles in ddtree_core or ddbench, counting every import statement (those inside functions too, which
 only defer a cycle to the first call): each package's modules form a graph with an edge from a module to every
 module of ours it imports, and the test fails on a strongly connected component of more than one module,
-naming its members and their edges. Types live in ddtree_core.types so that the implementations (batched.py,
-the kernels) and the dispatchers (tree.py, verify.py) need not import one another."""
+naming its members and their edges. ddtree_core imports nothing of ddbench. Types live in ddtree_core.types so
+that the implementations (batched.py, the kernels) and the dispatchers (tree.py, verify.py) need not import
+one another."""
 
 import ast
 from pathlib import Path
@@ -103,3 +104,14 @@ def test_no_import_cycles():
         for component in found
     ]
     assert not found, "import cycles:\n" + "\n".join(described)
+
+
+def test_the_core_imports_nothing_of_the_harness():
+    """ddtree_core (algorithm, kernels, engines) stands alone; ddbench builds on it, never the reverse."""
+    known = modules()
+    upward = {
+        name: sorted(dep for dep in imported(name, path, known) if dep.split(".")[0] == "ddbench")
+        for name, path in known.items()
+        if name.split(".")[0] == "ddtree_core"
+    }
+    assert not {name: deps for name, deps in upward.items() if deps}

@@ -10,7 +10,7 @@
    cross-entropy of the target's next block_size - 1 tokens through the target's frozen lm_head,
    weighted exp(-(k - 1) / decay) at block position k: early positions decide acceptance.
 
-`python -m ddtree_core.reference.train --target DIR --prompts FILE.jsonl --out DIR` (see --help) answers the
+`python -m ddbench.train --target DIR --prompts FILE.jsonl --out DIR` (see --help) answers the
 prompts with the target's `generate` here; `--answers FILE.jsonl` trains on answers a server wrote
 (`python -m ddbench.distill train`, much faster on a GPU). A prompt of the held-out evaluation split
 (ddbench.heldout) is refused before anything is written (exit status 2).

@@ -2,9 +2,9 @@
 
 import torch
 
+from ddbench.train import TrainConfig, block_inputs, fit, make_batch
 from ddtree_core.reference.dflash import DFlashDraftModel
 from ddtree_core.reference.loading import random_target
-from ddtree_core.reference.train import TrainConfig, block_inputs, fit, make_batch
 
 HIDDEN, LAYERS, VOCAB, BLOCK = 32, 4, 16, 4
 
