@@ -31,6 +31,7 @@ import httpx
 
 from ddbench.config import Cell, DDBenchError, SweepConfig, dataset_label
 from ddbench.results import RequestRecord, prompt_hash
+from ddtree_core.settings import PARAM_HOLD_CHAIN, TreeSettings
 
 
 @dataclass(frozen=True)
@@ -65,12 +66,10 @@ def sampling_params(cell: Cell, config: SweepConfig, explicit_block: int | None 
         "max_new_tokens": config.max_new_tokens,
     }
     if cell.method == "ddtree":
-        custom = {"ddtree_budget": cell.budget, "ddtree_draft_temperature": cell.draft_temperature}
         depth = cell.max_depth if cell.max_depth is not None or explicit_block is None else explicit_block - 1
-        if depth is not None:
-            custom["ddtree_max_depth"] = depth
-        if cell.hold_chain or explicit_block is not None:
-            custom["ddtree_hold_chain"] = cell.hold_chain
+        custom = TreeSettings(cell.budget, depth, cell.draft_temperature, cell.hold_chain).to_custom_params()
+        if not (cell.hold_chain or explicit_block is not None):
+            del custom[PARAM_HOLD_CHAIN]  # what the server ddbench started holds already
         params["custom_params"] = custom
     return params
 

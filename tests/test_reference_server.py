@@ -243,10 +243,10 @@ def test_custom_params_set_the_tree(url):
     [
         (
             {"ddtree_budget": 1_000_000_000},
-            "custom_params.ddtree_budget must be an int in [0, 16] (this server's budget)",
+            "custom_params.ddtree_budget must be an int in [0, 16] (the server's budget)",
         ),
         ({"ddtree_budget": -1}, "custom_params.ddtree_budget must be an int in [0, 16]"),
-        ({"ddtree_max_depth": 6}, "custom_params.ddtree_max_depth must be an int in [1, 5] (the drafted block)"),
+        ({"ddtree_max_depth": 6}, "custom_params.ddtree_max_depth must be an int in [1, 5] (the server's depth limit)"),
         ({"ddtree_draft_temperature": -2}, "custom_params.ddtree_draft_temperature must be a finite number > 0"),
         ({"ddtree_budgte": 8}, "custom_params.ddtree_budgte is unknown; known: ddtree_budget, ddtree_max_depth"),
     ],

@@ -30,7 +30,6 @@ import hmac
 import importlib.metadata
 import json
 import logging
-import math
 import os
 import threading
 import time
@@ -42,6 +41,7 @@ from typing import Any
 from ddtree_core import metrics, ops
 from ddtree_core.reference.decode import Generation, SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
+from ddtree_core.settings import TreeSettings, TreeSettingsError
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,6 @@ NEUTRAL_SAMPLING = {
 }
 MAX_BODY_BYTES = 64 << 20
 ENGINE_NAME = "ddtree_core.reference"  # server_info.engine: how clients tell this server from SGLang
-CUSTOM_KEYS = ("ddtree_budget", "ddtree_max_depth", "ddtree_draft_temperature", "ddtree_hold_chain")
 
 
 class RequestError(ValueError):
@@ -232,30 +231,25 @@ class ReferenceEngine:
         """The request's DDTree settings: the server's, with custom_params' ddtree_* keys in their ranges.
 
         ddtree_budget: an int in [0, the server's --budget] (0: the bonus token only); ddtree_max_depth: an
-        int in [1, block - 1]; ddtree_draft_temperature: a finite number > 0; ddtree_hold_chain: a bool.
-        Any other ddtree_* key is refused. Example: {"ddtree_budget": 1000000000} on a --budget 64 server
-        -> HTTP 400 "custom_params.ddtree_budget must be an int in [0, 64] (this server's budget), got 1000000000".
+        int in [1, block - 1]; ddtree_draft_temperature: a finite number > 0; ddtree_hold_chain: a bool
+        (ddtree_core.settings checks them). Any other ddtree_* key is refused. Example: {"ddtree_budget":
+        1000000000} on a --budget 64 server -> HTTP 400 "custom_params.ddtree_budget must be an int in [0, 64]
+        (the server's budget), got 1000000000".
         """
         if custom is None or self.spec.method != "ddtree":
             return self.spec
-        if not isinstance(custom, dict):
-            raise RequestError("custom_params must be an object")
-        unknown = sorted(key for key in custom if key.startswith("ddtree_") and key not in CUSTOM_KEYS)
-        if unknown:
-            raise RequestError(f"custom_params.{unknown[0]} is unknown; known: {', '.join(CUSTOM_KEYS)}")
         block = self.spec.block_size or self.drafter.block_size
-        budget = _in_range(custom, "ddtree_budget", self.spec.budget, 0, self.spec.budget, "this server's budget")
-        depth = _in_range(custom, "ddtree_max_depth", self.spec.max_depth, 1, block - 1, "the drafted block")
-        temperature = custom.get("ddtree_draft_temperature", self.spec.draft_temperature)
-        if not (_is_number(temperature) and math.isfinite(temperature) and temperature > 0):
-            raise RequestError(
-                f"custom_params.ddtree_draft_temperature must be a finite number > 0, got {temperature!r}"
-            )
-        hold_chain = custom.get("ddtree_hold_chain", self.spec.hold_chain)
-        if not isinstance(hold_chain, bool):
-            raise RequestError(f"custom_params.ddtree_hold_chain must be true or false, got {hold_chain!r}")
+        server = TreeSettings(self.spec.budget, self.spec.max_depth, self.spec.draft_temperature, self.spec.hold_chain)
+        try:
+            chosen = server.with_custom_params(custom, max_depth=block - 1)
+        except TreeSettingsError as error:
+            raise RequestError(str(error)) from None
         return dataclasses.replace(
-            self.spec, budget=budget, max_depth=depth, draft_temperature=float(temperature), hold_chain=hold_chain
+            self.spec,
+            budget=chosen.budget,
+            max_depth=chosen.max_depth,
+            draft_temperature=chosen.draft_temperature,
+            hold_chain=chosen.hold_chain,
         )
 
     def _stop_check(self, stop: tuple[str, ...]):
@@ -360,20 +354,6 @@ def _check_sampling_keys(params: dict) -> None:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _in_range(custom: dict, key: str, default: int | None, low: int, high: int, what: str) -> int | None:
-    """custom[key] (default when absent), refused unless an int in [low, high]; `what` names the bound."""
-    value = custom.get(key, default)
-    if value is default:
-        return value
-    if not _is_int(value) or not low <= value <= high:
-        raise RequestError(f"custom_params.{key} must be an int in [{low}, {high}] ({what}), got {value!r}")
-    return value
-
-
-def _is_number(value: Any) -> bool:
-    return _is_int(value) or isinstance(value, float)
 
 
 def _typed(params: dict, key: str, kind: type, default: Any) -> Any:

@@ -41,18 +41,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ddtree_core.settings import PARAM_BUDGET, PARAM_MAX_DEPTH, TreeSettings, TreeSettingsError
+
 ENV_BUDGET = "SGLANG_DDTREE_BUDGET"
 ENV_MAX_DEPTH = "SGLANG_DDTREE_MAX_DEPTH"
 ENV_DRAFT_TEMPERATURE = "SGLANG_DDTREE_DRAFT_TEMPERATURE"
 ENV_TOP_K = "SGLANG_DDTREE_TOP_K"
 ENV_HOLD_CHAIN = "SGLANG_DDTREE_HOLD_CHAIN"
-
-PARAM_BUDGET = "ddtree_budget"
-PARAM_MAX_DEPTH = "ddtree_max_depth"
-PARAM_DRAFT_TEMPERATURE = "ddtree_draft_temperature"
-PARAM_HOLD_CHAIN = "ddtree_hold_chain"
-REQUEST_PARAMS = (PARAM_BUDGET, PARAM_MAX_DEPTH, PARAM_DRAFT_TEMPERATURE, PARAM_HOLD_CHAIN)
-_PARAM_PREFIX = "ddtree_"
 
 
 class DDTreeConfigError(ValueError):
@@ -143,42 +138,29 @@ class RequestSettings:
 
     @classmethod
     def from_custom_params(cls, params: Mapping | None, server: ServerSettings) -> RequestSettings:
-        """Apply a request's ddtree_* custom_params; other keys (SGLang's own, other plugins') are ignored.
+        """Apply a request's ddtree_* custom_params (checked by ddtree_core.settings); other keys (SGLang's own,
+        other plugins') are ignored.
 
         A max_depth above the server's tree depth D is refused; one between D and the configured
         max_depth (possible when the budget is the tighter limit) is accepted and means D. A max_depth
         below D needs K >= the request's budget (rounds._limit_depths), so with SGLANG_DDTREE_TOP_K below
         the budget it is refused.
         """
-        default = cls.defaults(server)
-        if not params:
-            return default
-        unknown = sorted(
-            k for k in params if isinstance(k, str) and k.startswith(_PARAM_PREFIX) and k not in REQUEST_PARAMS
-        )
-        if unknown:
+        base = TreeSettings(server.budget, server.max_depth, server.draft_temperature, server.hold_chain)
+        try:
+            chosen = base.with_custom_params(params, max_depth=server.max_depth)
+        except TreeSettingsError as error:
+            raise DDTreeConfigError(str(error)) from None
+        if chosen.max_depth < server.tree_depth and server.top_k < chosen.budget:
             raise DDTreeConfigError(
-                f"unknown DDTree request parameters {unknown}; expected some of {list(REQUEST_PARAMS)}"
+                f"custom_params.{PARAM_MAX_DEPTH} below the server's {server.tree_depth} needs {ENV_TOP_K} >= "
+                f"{PARAM_BUDGET} ({server.top_k} < {chosen.budget})"
             )
-        budget = _param_int(params, PARAM_BUDGET, default.budget, 0, server.budget)
-        max_depth = _param_int(params, PARAM_MAX_DEPTH, server.max_depth, 1, server.max_depth)
-        temperature = params.get(PARAM_DRAFT_TEMPERATURE, default.draft_temperature)
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-            raise DDTreeConfigError(f"{PARAM_DRAFT_TEMPERATURE} must be a number, got {temperature!r}")
-        _check_temperature(float(temperature), PARAM_DRAFT_TEMPERATURE)
-        if max_depth < server.tree_depth and server.top_k < budget:
-            raise DDTreeConfigError(
-                f"{PARAM_MAX_DEPTH} below the server's {server.tree_depth} needs {ENV_TOP_K} >= {PARAM_BUDGET} "
-                f"({server.top_k} < {budget})"
-            )
-        hold_chain = params.get(PARAM_HOLD_CHAIN, default.hold_chain)
-        if not isinstance(hold_chain, bool):
-            raise DDTreeConfigError(f"{PARAM_HOLD_CHAIN} must be true or false, got {hold_chain!r}")
         return cls(
-            budget=budget,
-            max_depth=min(max_depth, server.tree_depth),
-            draft_temperature=float(temperature),
-            hold_chain=hold_chain,
+            budget=chosen.budget,
+            max_depth=min(chosen.max_depth, server.tree_depth),
+            draft_temperature=chosen.draft_temperature,
+            hold_chain=chosen.hold_chain,
         )
 
 
@@ -231,12 +213,3 @@ def env_flag(environ: Mapping[str, str], name: str) -> bool | None:
 def _env_bool(environ: Mapping[str, str], name: str, default: bool) -> bool:
     flag = env_flag(environ, name)
     return default if flag is None else flag
-
-
-def _param_int(params: Mapping, name: str, default: int, low: int, high: int) -> int:
-    value = params.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise DDTreeConfigError(f"{name} must be an integer, got {value!r}")
-    if not low <= value <= high:
-        raise DDTreeConfigError(f"{name} must be in {low}..{high} on this server, got {value}")
-    return value
