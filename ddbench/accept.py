@@ -30,6 +30,7 @@ from types import SimpleNamespace
 import torch
 
 from ddbench.strength import round_matches
+from ddtree_core.policy import expected_accepts
 from ddtree_core.reference.decode import _features
 from ddtree_core.tree import build_tree_from_topk
 from ddtree_core.types import DraftTopK
@@ -60,16 +61,23 @@ def block_topk(target, drafter, ids: Sequence[int], first: int, k: int, chunk: i
     return DraftTopK(torch.cat(values).cpu(), torch.cat(indices).cpu())
 
 
-def rounds(ids: Sequence[int], first: int, topk: DraftTopK, budget: int | None) -> list[int]:
-    """Acceptance lengths of the greedy rounds that emit ids[first + 1:] (budget None: DFlash's chain)."""
+def rounds(
+    ids: Sequence[int], first: int, topk: DraftTopK, budget: int | None, predicted: list | None = None
+) -> list[int]:
+    """Acceptance lengths of the greedy rounds that emit ids[first + 1:] (budget None: DFlash's chain).
+    With `predicted` (a list, DDTree only) it also appends each round's expected accepted nodes under the
+    drafter's own probabilities (`ddtree_core.policy.expected_accepts` of the round's tree)."""
     chain = topk.token_ids[:, :, 0].tolist()
     if budget is not None:
         tree = build_tree_from_topk(
             DraftTopK(topk.log_probs[:, :, :budget], topk.token_ids[:, :, :budget]), budget, impl="torch"
         )
         parents, tokens = tree.parents.tolist(), tree.token_ids.tolist()
+        expected = expected_accepts(tree)[:, -1].tolist()
     end, p, taus = len(ids) - 1, first, []
     while p < end:
+        if predicted is not None and budget is not None:
+            predicted.append(expected[p - first])
         row, truth = p - first, list(ids[p + 1 : p + topk.token_ids.shape[1] + 1])
         if budget is None:
             matches = next(
@@ -84,26 +92,31 @@ def rounds(ids: Sequence[int], first: int, topk: DraftTopK, budget: int | None) 
 
 
 def evaluate(target, drafter, answers: Sequence[dict], budgets: Sequence[int], log=None) -> list[dict]:
-    """Rows {dataset, method, budget, tau, rounds, tokens} per dataset (and "all"), DFlash first."""
+    """Rows {dataset, method, budget, tau, rounds, tokens, predicted_tau} per dataset (and "all"), DFlash first.
+    predicted_tau (DDTree): 1 + the rounds' mean expected accepted nodes under the drafter's own probabilities,
+    what `ddtree_core.policy` prices a budget with (tau / predicted_tau is its calibration)."""
     k = max([1, *budgets])
     methods = [("dflash", None), *(("ddtree", b) for b in budgets)]
-    counts: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    counts: dict[tuple, list[float]] = defaultdict(lambda: [0, 0, 0.0])
     for n, answer in enumerate(answers):
         ids, first = answer["ids"], answer["prompt_len"]
         if len(ids) - first < 2:
             continue
         topk = block_topk(target, drafter, ids, first, k)
         for method, budget in methods:
-            taus = rounds(ids, first, topk, budget)
+            predicted: list[float] = []
+            taus = rounds(ids, first, topk, budget, predicted)
             for dataset in (answer.get("dataset") or "?", "all"):
                 counts[(dataset, method, budget)][0] += len(taus)
                 counts[(dataset, method, budget)][1] += sum(taus)
+                counts[(dataset, method, budget)][2] += sum(predicted)
         if log and (n + 1) % 50 == 0:
             log(f"{n + 1}/{len(answers)} answers")
     return [
-        {"dataset": d, "method": m, "budget": b, "rounds": r, "tokens": t, "tau": round(t / max(r, 1), 3)}
-        for (d, m, b), (r, t) in counts.items()
-    ]
+        {"dataset": d, "method": m, "budget": b, "rounds": r, "tokens": t, "tau": round(t / max(r, 1), 3),
+         "predicted_tau": round(1 + e / max(r, 1), 3) if m == "ddtree" else None}
+        for (d, m, b), (r, t, e) in counts.items()
+    ]  # fmt: skip
 
 
 def table(rows: Sequence[dict]) -> str:
@@ -120,6 +133,20 @@ def table(rows: Sequence[dict]) -> str:
         best = max((tau[(d, b)] for b in budgets), default=chain)
         cells = " | ".join(f"{tau[(d, b)]:.2f}" for b in budgets)
         lines.append(f"| {d} | {chain:.2f} | {cells} | {best / chain:.2f} |")
+    return "\n".join(lines)
+
+
+def calibration_table(rows: Sequence[dict]) -> str:
+    """Markdown: per dataset and budget, tau against the drafter's own prediction (`predicted_tau`)."""
+    budgets = sorted({row["budget"] for row in rows if row["budget"] is not None})
+    lines = [
+        "| dataset | " + " | ".join(f"b{b} tau / predicted" for b in budgets) + " |",
+        "|---" * (len(budgets) + 1) + "|",
+    ]
+    for d in dict.fromkeys(row["dataset"] for row in rows):
+        got = {row["budget"]: row for row in rows if row["dataset"] == d and row["budget"] is not None}
+        cells = " | ".join(f"{got[b]['tau']:.2f} / {got[b]['predicted_tau']:.2f}" for b in budgets)
+        lines.append(f"| {d} | {cells} |")
     return "\n".join(lines)
 
 
@@ -142,6 +169,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
     print(table(rows))
+    print()
+    print(calibration_table(rows))
 
 
 if __name__ == "__main__":

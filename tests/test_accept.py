@@ -2,7 +2,7 @@
 
 import torch
 
-from ddbench.accept import block_topk, evaluate, rounds, table
+from ddbench.accept import block_topk, calibration_table, evaluate, rounds, table
 from ddbench.strength import greedy_rounds, trajectory
 from tests.test_train import VOCAB, tiny_pair
 
@@ -42,3 +42,17 @@ def test_evaluate_counts_tokens_per_dataset_and_all():
     assert by[("all", "ddtree")]["tokens"] == 15
     assert by[("all", "ddtree")]["tau"] >= by[("all", "dflash")]["tau"] >= 1.0
     assert table(rows).splitlines()[0] == "| dataset | DFlash | b4 | best / DFlash |"
+
+
+def test_predicted_tau_is_the_trees_expected_acceptance():
+    target, drafter = tiny_pair(seed=5)
+    ids = greedy_answer(target, [4, 1, 6], 12)
+    topk = block_topk(target, drafter, ids, 3, k=VOCAB)
+    predicted = []
+    taus = rounds(ids, 3, topk, 6, predicted)
+    assert len(predicted) == len(taus) and all(0 <= p <= 6 for p in predicted)
+    assert rounds(ids, 3, topk, None, predicted) and len(predicted) == len(taus)  # the chain predicts nothing
+    rows = evaluate(target, drafter, [{"dataset": "a", "prompt_len": 3, "ids": ids}], [6])
+    tree = next(r for r in rows if r["dataset"] == "a" and r["method"] == "ddtree")
+    assert tree["predicted_tau"] == round(1 + sum(predicted) / len(taus), 3)
+    assert calibration_table(rows).splitlines()[2].startswith("| a | ")

@@ -1,0 +1,106 @@
+"""Load-aware tree size: the budget with the most expected tokens per millisecond this round.
+
+A round of R running requests at budget b verifies R * W(b) tokens, W(b) = max(b + 1, block_size) (the
+plugin's verify width), and takes cost(R * W(b)) ms, a curve measured once per model and GPU (`CostTable`).
+Request i then emits tau_i(b) tokens in expectation, so among the budgets a server has CUDA graphs for the
+scheduler takes
+
+    b* = argmax_b  sum_i tau_i(b) / cost(R * W(b))        (ties: the smaller budget)
+
+tau_i(b) comes from the tree itself. The best-first tree pops nodes in order of falling path probability,
+and a node is accepted exactly when its whole path matches the target, so if the drafter's probabilities
+were calibrated the tree of its first b nodes would accept sum_{k <= b} p_k nodes in expectation, plus the
+bonus token: tau_i(b) = 1 + c * sum_{k <= b} p_k. One tree built at the largest budget thus prices every
+smaller one (`expected_accepts`: prefix sums over the pop order), and c (`calibration`, realised over
+predicted accepted nodes over recent rounds) corrects a drafter that is over- or under-confident.
+
+Example: block 16, trees whose first 15 / 63 / 255 nodes expect 2.5 / 3.1 / 3.4 accepted nodes, and a GPU
+whose round costs 6.0 ms at 16 tokens, 6.5 ms at 64 and 10 ms at 256 (24 ms at 1024 by the last slope):
+- one request: b15 3.5 / 6.0 = 0.58, b63 4.1 / 6.5 = 0.63, b255 4.4 / 10 = 0.44 tokens per ms: b63;
+- sixteen: b15 16 * 3.5 / 10 = 5.6, b63 16 * 4.1 / 24 = 2.7: b15, the chain-sized tree.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ddtree_core.types import DraftTree
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """Round time (ms) against tokens verified in the round, measured at a few points (sorted by tokens).
+
+    Between points it interpolates linearly; past the last it extends the last segment's slope (never below
+    the last time; one point alone scales in proportion); below the first it is the first time."""
+
+    tokens: tuple[int, ...]
+    ms: tuple[float, ...]
+
+    def __post_init__(self):
+        if len(self.tokens) != len(self.ms) or not self.tokens:
+            raise ValueError("a cost table needs as many times as token counts, at least one")
+        if list(self.tokens) != sorted(set(self.tokens)) or self.tokens[0] < 1:
+            raise ValueError(f"token counts must be increasing and >= 1, got {self.tokens}")
+        if any(not ms > 0 for ms in self.ms):
+            raise ValueError(f"round times must be > 0 ms, got {self.ms}")
+
+    def __call__(self, tokens: float) -> float:
+        xs, ys = self.tokens, self.ms
+        if tokens <= xs[0]:
+            return ys[0]
+        if tokens >= xs[-1]:
+            if len(xs) == 1:
+                return ys[0] * tokens / xs[0]
+            slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+            return max(ys[-1], ys[-1] + slope * (tokens - xs[-1]))
+        i = bisect.bisect_right(xs, tokens)  # xs[i - 1] <= tokens < xs[i]
+        return ys[i - 1] + (ys[i] - ys[i - 1]) * (tokens - xs[i - 1]) / (xs[i] - xs[i - 1])
+
+    def to_json(self, path: str | Path, **about) -> None:
+        Path(path).write_text(json.dumps({**about, "tokens": list(self.tokens), "ms": list(self.ms)}, indent=1) + "\n")
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> CostTable:
+        data = json.loads(Path(path).read_text())
+        return cls(tuple(int(t) for t in data["tokens"]), tuple(float(m) for m in data["ms"]))
+
+
+def expected_accepts(tree: DraftTree) -> torch.Tensor:
+    """[B, N + 1]: column b is the expected accepted nodes (bonus excluded) of each tree cut to its first b
+    nodes in pop order, sum_{k <= b} exp(score_k) (column 0 is 0; padding adds nothing)."""
+    probs = torch.where(torch.isfinite(tree.scores), tree.scores.float().exp(), 0.0)
+    probs[:, 0] = 0.0  # the root is the bonus token, counted once in tau
+    return probs.cumsum(dim=1)
+
+
+def verify_width(budget: int, block_size: int) -> int:
+    """Tokens one request verifies at `budget` (the plugin's width: root + budget, at least the block)."""
+    return max(budget + 1, block_size)
+
+
+def choose_budget(
+    expected: torch.Tensor,
+    budgets: Sequence[int],
+    cost: CostTable,
+    block_size: int,
+    calibration: float = 1.0,
+) -> int:
+    """The budget of `budgets` with the most expected tokens per ms for the R requests of `expected` [R, N + 1]
+    (`expected_accepts` of their trees at budget N >= max(budgets)); ties go to the smaller budget."""
+    running, columns = expected.shape
+    totals = expected.sum(dim=0).tolist()
+    best, best_rate = None, -1.0
+    for budget in sorted(budgets):
+        if budget >= columns:
+            raise ValueError(f"budget {budget} exceeds the trees' {columns - 1} nodes")
+        rate = (running + calibration * totals[budget]) / cost(running * verify_width(budget, block_size))
+        if rate > best_rate * (1 + 1e-9):
+            best, best_rate = budget, rate
+    return best

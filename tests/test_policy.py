@@ -1,0 +1,60 @@
+"""ddtree_core.policy: the cost table, the expected acceptance of a tree's prefixes, the budget choice."""
+
+import math
+
+import pytest
+import torch
+
+from ddtree_core.policy import CostTable, choose_budget, expected_accepts, verify_width
+from ddtree_core.tree import build_tree
+
+COST = CostTable((16, 64, 256), (6.0, 6.5, 10.0))
+
+
+def test_cost_table_interpolates_and_extends():
+    assert COST(1) == 6.0 and COST(16) == 6.0 and COST(40) == pytest.approx(6.25) and COST(256) == 10.0
+    assert COST(1024) == pytest.approx(10.0 + 3.5 / 192 * 768)
+    assert CostTable((10,), (2.0,))(40) == 8.0
+    with pytest.raises(ValueError, match="increasing"):
+        CostTable((64, 16), (1.0, 2.0))
+    with pytest.raises(ValueError, match="> 0 ms"):
+        CostTable((16,), (0.0,))
+
+
+def test_cost_table_round_trip(tmp_path):
+    COST.to_json(tmp_path / "cost.json", model="m", gpu="H200")
+    assert CostTable.from_json(tmp_path / "cost.json") == COST
+
+
+def test_expected_accepts_are_prefix_sums_of_node_probabilities():
+    logits = torch.randn(2, 6, 20, generator=torch.Generator().manual_seed(1)) * 2
+    tree = build_tree(logits, 12, impl="reference")
+    expected = expected_accepts(tree)
+    for row in range(2):
+        probs = [math.exp(s) for s in tree.scores[row, 1:].tolist() if s > -math.inf]
+        assert probs == sorted(probs, reverse=True)  # pop order is falling probability
+        assert expected[row, 0] == 0 and expected[row, -1].item() == pytest.approx(sum(probs), rel=1e-6)
+        assert expected[row, 3].item() == pytest.approx(sum(probs[:3]), rel=1e-6)
+    # The tree cut to its first b nodes is the budget-b tree: same nodes, same order.
+    small = build_tree(logits, 5, impl="reference")
+    assert torch.equal(small.token_ids, tree.token_ids[:, :5]) and torch.equal(small.parents, tree.parents[:, :6])
+
+
+def test_the_docstring_example():
+    expected = torch.zeros(1, 256)
+    expected[0, 15], expected[0, 63], expected[0, 255] = 2.5, 3.1, 3.4
+    assert choose_budget(expected, [15, 63, 255], COST, block_size=16) == 63
+    assert choose_budget(expected.expand(16, -1), [15, 63, 255], COST, block_size=16) == 15
+    assert verify_width(7, 16) == 16 and verify_width(63, 16) == 64
+
+
+def test_flat_cost_takes_the_largest_tree_and_proportional_cost_the_smallest():
+    expected = torch.linspace(0, 3, 65).unsqueeze(0)  # every node adds expected acceptance
+    flat = CostTable((1, 100_000), (5.0, 5.0))
+    proportional = CostTable((1, 100_000), (0.01, 1000.0))
+    assert choose_budget(expected, [7, 15, 31, 63], flat, block_size=8) == 63
+    assert choose_budget(expected, [7, 15, 31, 63], proportional, block_size=8) == 7
+    assert choose_budget(torch.zeros(2, 65), [15, 63], flat, block_size=16) == 15  # ties: the smaller
+    assert choose_budget(expected, [15, 63], COST, block_size=16, calibration=0.0) == 15  # nothing expected
+    with pytest.raises(ValueError, match="exceeds"):
+        choose_budget(expected, [65], flat, block_size=8)
