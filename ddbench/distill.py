@@ -96,7 +96,7 @@ def answer_all(
             ids = [prompts[row["prompt"]] for _, row, _ in part]
             params = {"temperature": temperature, "max_new_tokens": max_new_tokens}
             outputs = (
-                _generate_many(http, url, ids, params) if batch > 1 else [_generate_one(http, url, ids[0], params)]
+                generate_many(http, url, ids, params) if batch > 1 else [generate_one(http, url, ids[0], params)]
             )
             for (key, row, _), prompt, output in zip(part, ids, outputs):
                 answers.append(
@@ -126,11 +126,11 @@ def answer_all(
     return written
 
 
-def _generate_one(http: httpx.Client, url: str, input_ids: list[int], params: dict) -> list[int]:
+def generate_one(http: httpx.Client, url: str, input_ids: list[int], params: dict) -> list[int]:
     return list(generate(http, url, input_ids, params, stream=False).output_ids)
 
 
-def _generate_many(http: httpx.Client, url: str, input_ids: list[list[int]], params: dict) -> list[list[int]]:
+def generate_many(http: httpx.Client, url: str, input_ids: list[list[int]], params: dict) -> list[list[int]]:
     """One /generate request for several prompts (SGLang answers a list with a list, in order)."""
     response = http.post(f"{url}/generate", json={"input_ids": input_ids, "sampling_params": params})
     response.raise_for_status()

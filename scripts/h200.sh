@@ -24,6 +24,8 @@
 #   grid        tokens/s grid: one server per budget (verify width = budget + 1), plain and held trees, 1..32 in flight
 #   nooverlap   greedy parity with --disable-overlap-schedule (the scheduler's synchronous path), budgets 15 and 64
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
+#   chisq       ddbench.sampled: DDTree b15 and b63 sample their first two tokens as the target-only server does
+#               (chi-square, 2,000 draws per prompt, T = 1 and T = 0.7 / top-p 0.9), and a planted failure is caught
 #   kvleak      scripts/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
 #   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64, eager and
 #               folded (SGLANG_DDTREE_DRAFT_GRAPH=1, opt-in at TP > 1); it waits
@@ -205,6 +207,27 @@ sweeps)
       sampled)
         sweep sampled --datasets gsm8k,humaneval --num-prompts 40 --budgets 15,64 --temperatures 1 \
           --concurrency 1,16 "${FAST[@]}" ;;
+      chisq)  # lossless sampling where users run it: the first tokens' distribution of DDTree b15 / b63 against the
+        # target-only server's (ddbench.sampled, 2,000 draws per prompt), T = 1 and T = 0.7 with top-p 0.9, and
+        # the planted failure (the DDTree side asked at T = 0.8) that the test must reject
+        R=$W/runs/chisq && mkdir -p "$R" && nvidia-smi > "$R/nvidia-smi.txt"
+        ar_port=$((PORT + 50))
+        serve_algo chisq-ar "$ar_port" AR 0 && AR_PID=$SERVER_PID || { echo "chisq: no AR server" >> "$W/done"; continue; }
+        for budget in 15 63; do
+          serve_algo "chisq-b$budget" "$PORT" DDTREE "$budget" || { echo "chisq b$budget: no server" >> "$W/done"; continue; }
+          for case in "1.0 1.0" "0.7 0.9"; do
+            read -r temp top_p <<< "$case"
+            python3 -m ddbench.sampled --ar "http://127.0.0.1:$ar_port" --spec "http://127.0.0.1:$PORT" --model "$T" \
+              --samples 2000 --tokens 2 --temperature "$temp" --top-p "$top_p" --out "$R/b$budget-t$temp-p$top_p.json" \
+              2>> "$R/verdicts.txt"
+          done
+          python3 -m ddbench.sampled --ar "http://127.0.0.1:$ar_port" --spec "http://127.0.0.1:$PORT" --model "$T" \
+            --samples 2000 --tokens 2 --temperature 1.0 --spec-temperature 0.8 --out "$R/b$budget-planted.json" \
+            2>> "$R/verdicts.txt"
+          stop_server
+        done
+        SERVER_PID=$AR_PID && stop_server
+        echo "chisq rc=0" >> "$W/done" ;;
       kvleak)
         for page in 1 16; do
           serve_algo "kvleak-server-p$page" $PORT DDTREE 64 --enable-metrics --page-size $page \
