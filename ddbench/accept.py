@@ -94,7 +94,7 @@ def rounds(
 def evaluate(target, drafter, answers: Sequence[dict], budgets: Sequence[int], log=None) -> list[dict]:
     """Rows {dataset, method, budget, tau, rounds, tokens, predicted_tau} per dataset (and "all"), DFlash first.
     predicted_tau (DDTree): 1 + the rounds' mean expected accepted nodes under the drafter's own probabilities,
-    what `ddtree_core.policy` prices a budget with (tau / predicted_tau is its calibration)."""
+    what `ddtree_core.policy` prices a budget with ((tau - 1) / (predicted_tau - 1) is its calibration)."""
     k = max([1, *budgets])
     methods = [("dflash", None), *(("ddtree", b) for b in budgets)]
     counts: dict[tuple, list[float]] = defaultdict(lambda: [0, 0, 0.0])
