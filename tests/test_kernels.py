@@ -18,6 +18,7 @@ from trees import assert_same
 from ddtree_core import encoding, mask, verify  # noqa: E402
 from ddtree_core.tree import DraftTopK, build_tree, build_tree_from_topk, draft_topk  # noqa: E402
 
+SLOW = pytest.mark.slow  # long cases: `-m slow`
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -189,23 +190,23 @@ def test_build_holding_the_chain_equals_reference():
         {"FCH": 32, "FINE_BITS": 0, "HIST_BINS": 2},
         {"FCH": 512},
         {"PRE_BOUND": True},
-        {"PRE_BOUND": True, "SORT_SURVIVORS": False},
-        {"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 0, "HIST_BINS": 64},
-        {"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 8, "CHUNK": 16},
-        {"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 0, "HIST_BINS": 2},
+        pytest.param({"PRE_BOUND": True, "SORT_SURVIVORS": False}, marks=SLOW),
+        pytest.param({"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 0, "HIST_BINS": 64}, marks=SLOW),
+        pytest.param({"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 8, "CHUNK": 16}, marks=SLOW),
+        pytest.param({"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 0, "HIST_BINS": 2}, marks=SLOW),
         {"AHEAD": 4},
-        {"AHEAD": 64, "FINE_BITS": 0},
-        {"AHEAD": 8, "FINE_BITS": 3, "HIST_BINS": 2},
-        {"AHEAD": 2, "PRE_BOUND": True, "SORT_SURVIVORS": False},
+        pytest.param({"AHEAD": 64, "FINE_BITS": 0}, marks=SLOW),
+        pytest.param({"AHEAD": 8, "FINE_BITS": 3, "HIST_BINS": 2}, marks=SLOW),
+        pytest.param({"AHEAD": 2, "PRE_BOUND": True, "SORT_SURVIVORS": False}, marks=SLOW),
         {"RANK_LIMIT": True},
-        {"RANK_LIMIT": True, "HIST_BINS": 2},
-        {"RANK_LIMIT": True, "FINE_BITS": 8},
-        {"RANK_LIMIT": True, "PRE_BOUND": True},
-        {"RANK_LIMIT": True, "AHEAD": 4, "CHUNK": 16, "QCH": 2},
+        pytest.param({"RANK_LIMIT": True, "HIST_BINS": 2}, marks=SLOW),
+        pytest.param({"RANK_LIMIT": True, "FINE_BITS": 8}, marks=SLOW),
+        pytest.param({"RANK_LIMIT": True, "PRE_BOUND": True}, marks=SLOW),
+        pytest.param({"RANK_LIMIT": True, "AHEAD": 4, "CHUNK": 16, "QCH": 2}, marks=SLOW),
         {"SORTED_BOUND": True},
-        {"SORTED_BOUND": True, "FINE_BITS": 1, "HIST_BINS": 64},
-        {"SORTED_BOUND": True, "FINE_BITS": 8, "HIST_BINS": 2, "CHUNK": 16, "num_warps": 1},
-        {"SORTED_BOUND": True, "AHEAD": 4},
+        pytest.param({"SORTED_BOUND": True, "FINE_BITS": 1, "HIST_BINS": 64}, marks=SLOW),
+        pytest.param({"SORTED_BOUND": True, "FINE_BITS": 8, "HIST_BINS": 2, "CHUNK": 16, "num_warps": 1}, marks=SLOW),
+        pytest.param({"SORTED_BOUND": True, "AHEAD": 4}, marks=SLOW),
     ],
 )
 def test_build_launch_overrides_keep_the_trees(launch):
@@ -219,7 +220,8 @@ def test_build_launch_overrides_keep_the_trees(launch):
     SORT_SURVIVORS off every level above b takes it, and a 2-bucket bound leaves more than a block, so the radix
     selection), a full level's bound counting its best nodes' chains of descendants too (AHEAD: 4 x 64 nodes, 64 x
     4, 8 x 32 with a 2-bucket histogram), a sorted level's bound and parents from the sort's registers (SORTED_BOUND;
-    its fine bucket moving between levels or not, and ignored with AHEAD)."""
+    its fine bucket moving between levels or not, and ignored with AHEAD). The off-by-default keys (PRE_BOUND,
+    AHEAD, RANK_LIMIT, SORTED_BOUND) run once each by default, their combinations under `-m slow`."""
     from ddtree_core.kernels import tree_build
 
     generator = torch.Generator().manual_seed(3)

@@ -34,12 +34,12 @@ def test_chi_square_is_uniform_under_the_null_and_powerful_against_a_shift():
 
 
 def test_ddtree_samples_follow_the_target_and_a_wrong_temperature_is_caught(tiny_pair):
-    """The reference engine's sampled walk against its own AR at T = 1 (one token, 200 draws per prompt);
+    """The reference engine's sampled walk against its own AR at T = 1 (one token, 150 draws);
     the same test with the DDTree side at T = 0.3 must reject (the planted failure)."""
     ar, ddtree = Running(tiny_pair, "ar", api_key=None), Running(tiny_pair, "ddtree", api_key=None)
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_pair[0]))
-    prompts = ("hello there", "count: 1 2 3")
-    settings = dict(samples=200, tokens=1, temperature=1.0, alpha=1e-4, batch=1, concurrency=2)
+    prompts = ("hello there",)
+    settings = dict(samples=150, tokens=1, temperature=1.0, alpha=1e-4, batch=1, concurrency=2)
     try:
         fair = compare(ar.url, ddtree.url, tokenizer, prompts, **settings)
         planted = compare(ar.url, ddtree.url, tokenizer, prompts, spec_temperature=0.3, **settings)
@@ -47,4 +47,4 @@ def test_ddtree_samples_follow_the_target_and_a_wrong_temperature_is_caught(tiny
         ar.stop(), ddtree.stop()
     assert not fair["rejected"], fair
     assert planted["rejected"] and max(r["p"] for r in planted["prompts"]) < 1e-4, planted
-    assert ddtree.generated == 2 * 2 * 200
+    assert ddtree.generated == 2 * 150
