@@ -464,7 +464,7 @@ def test_piped_progress_prints_a_line_per_finished_cell():
 
     from rich.console import Console
 
-    from ddbench.cli import RichProgress
+    from ddbench.progress import RichProgress
 
     stream = io.StringIO()
     with RichProgress(Console(file=stream, width=200)) as progress:

@@ -1,0 +1,74 @@
+"""Where a round's time goes in the reference engine on a CPU: tokens/s, tau and ms per round by stage (draft,
+tree build, tree compile, verify, commit) for AR, DFlash and DDTree (reference heap and torch tree paths).
+
+    python scripts/cpu_stages.py --threads 2 --dtype float32 --prompts 2 --out stages.json
+
+The testbed pair (`ddbench testbed prepare` target, bundled drafter), the first held-out GSM8K prompts, T = 0,
+64 new tokens, one process; timing on (ddtree_core.reference.decode's stage clock). AR's "verify" is its
+decode steps, counted per response (its tau is the response length).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from ddbench.client import chat_input_ids
+from ddbench.heldout import eval_prompts
+from ddbench.testbed import DRAFTER_DIR, default_cache_dir
+from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
+from ddtree_core.reference.dflash import DFlashProposer
+from ddtree_core.reference.loading import load_models
+
+CASES = {
+    "ar": SpecConfig(method="ar"),
+    "dflash": SpecConfig(method="dflash", tree_impl="torch"),
+    "ddtree-b64-reference": SpecConfig(method="ddtree", budget=64, tree_impl="reference"),
+    "ddtree-b64-torch": SpecConfig(method="ddtree", budget=64, tree_impl="torch"),
+    "ddtree-b32-torch": SpecConfig(method="ddtree", budget=32, tree_impl="torch"),
+    "ddtree-b16-torch": SpecConfig(method="ddtree", budget=16, tree_impl="torch"),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", default="float32", help="float32 (the CPU default) or bfloat16")
+    parser.add_argument("--prompts", type=int, default=2)
+    parser.add_argument("--data-dir", help="the offline dataset mirror (default: $DDBENCH_DATA_DIR)")
+    parser.add_argument("--model", default=str(default_cache_dir() / "SmolLM2-135M-Instruct"))
+    parser.add_argument("--out", help="also write the rows as JSON here")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    models = load_models(args.model, str(DRAFTER_DIR), dtype=args.dtype, device="cpu")
+    prompts = [
+        chat_input_ids(models.tokenizer, [{"role": "user", "content": p.turns[0]}])
+        for p in eval_prompts("gsm8k", data_dir=args.data_dir)[: args.prompts]
+    ]
+    sampling = SamplingConfig(max_new_tokens=64)
+    generate(models.target, prompts[0], SamplingConfig(max_new_tokens=8), CASES["ar"])  # warm-up
+    rows = []
+    for name, spec in CASES.items():
+        tokens = seconds = rounds = 0
+        stages: dict[str, float] = {}
+        for prompt in prompts:
+            proposer = None if spec.method == "ar" else DFlashProposer(models.drafter, models.target)
+            out = generate(models.target, prompt, sampling, spec, proposer=proposer, timing=True)
+            tokens, seconds = tokens + out.num_tokens, seconds + out.decode_time
+            rounds += max(len(out.rounds), 1)
+            for stage, value in vars(out.stage_times).items():
+                stages[stage] = stages.get(stage, 0.0) + value
+        row = {"case": name, "tok_per_s": round(tokens / seconds, 1), "tau": round(tokens / rounds, 2),
+               "ms_per_round": round(1000 * seconds / rounds, 1),
+               **{f"{stage}_ms": round(1000 * value / rounds, 1) for stage, value in stages.items()}}  # fmt: skip
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
