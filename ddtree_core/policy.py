@@ -91,16 +91,79 @@ def choose_budget(
     cost: CostTable,
     block_size: int,
     calibration: float = 1.0,
+    overhead_ms: float = 0.0,
 ) -> int:
     """The budget of `budgets` with the most expected tokens per ms for the R requests of `expected` [R, N + 1]
-    (`expected_accepts` of their trees at budget N >= max(budgets)); ties go to the smaller budget."""
+    (`expected_accepts` of their trees at budget N >= max(budgets)); ties go to the smaller budget.
+    `overhead_ms` is the round's time outside the verify (the draft, the tree), the same at every budget."""
     running, columns = expected.shape
     totals = expected.sum(dim=0).tolist()
     best, best_rate = None, -1.0
     for budget in sorted(budgets):
         if budget >= columns:
             raise ValueError(f"budget {budget} exceeds the trees' {columns - 1} nodes")
-        rate = (running + calibration * totals[budget]) / cost(running * verify_width(budget, block_size))
+        round_ms = overhead_ms + cost(running * verify_width(budget, block_size))
+        rate = (running + calibration * totals[budget]) / round_ms
         if rate > best_rate * (1 + 1e-9):
             best, best_rate = budget, rate
     return best
+
+
+def auto_budgets(largest: int) -> tuple[int, ...]:
+    """The budgets `auto` weighs: powers of two below `largest`, and `largest` (its trees are built at it).
+
+    >>> auto_budgets(64), auto_budgets(15)
+    ((1, 2, 4, 8, 16, 32, 64), (1, 2, 4, 8, 15))
+    """
+    if largest < 1:
+        raise ValueError(f"auto needs a largest budget >= 1, got {largest}")
+    return tuple(sorted({1 << i for i in range(largest.bit_length()) if 1 << i < largest} | {largest}))
+
+
+@dataclass
+class AutoBudget:
+    """`budget=auto` for one engine: each round the budget of `budgets` with the most expected tokens per ms.
+
+    The round builds its tree at max(budgets); `choose` prices every candidate from that tree's prefix sums
+    (`expected_accepts`), `cost` (verify ms against tokens) and the measured time outside the verify; `observe`
+    then folds the round's outcome into two running means (weight `1 - decay` for the newest round): that
+    time, and `calibration`, realised over predicted accepted nodes (kept in [0.05, 2]: a drafter's
+    probabilities are over- or under-confident by a factor that holds across budgets within a workload).
+
+    Example (the module docstring's curve, one request, no overhead): `choose` takes b63; after rounds that
+    accept a third of what the drafter predicted, calibration nears 0.33 and the smaller trees win.
+    """
+
+    cost: CostTable
+    budgets: tuple[int, ...]
+    block_size: int = 1  # verify width max(b + 1, block_size): 1 where a round verifies b + 1 tokens
+    calibration: float = 1.0
+    overhead_ms: float = 0.0
+    decay: float = 0.9
+    seen: int = 0  # rounds whose overhead was observed
+
+    def __post_init__(self):
+        if not self.budgets or min(self.budgets) < 0:
+            raise ValueError(f"auto needs budgets >= 0, got {self.budgets}")
+        self.budgets = tuple(sorted(set(self.budgets)))
+
+    @property
+    def largest(self) -> int:
+        return self.budgets[-1]
+
+    def choose(self, expected: torch.Tensor) -> int:
+        """The budget for this round, from `expected_accepts` [R, N + 1] of trees built at `largest`."""
+        return choose_budget(
+            expected, self.budgets, self.cost, self.block_size, self.calibration, overhead_ms=self.overhead_ms
+        )
+
+    def observe(self, predicted: float, accepted: int, overhead_ms: float | None) -> None:
+        """One round's predicted and accepted nodes (bonus excluded) and its time outside the verify (None: not
+        a usual round's, e.g. one that also filled the draft cache with the prompt)."""
+        if overhead_ms is not None:
+            weight = 1.0 if self.seen == 0 else 1.0 - self.decay
+            self.overhead_ms += weight * (overhead_ms - self.overhead_ms)
+            self.seen += 1
+        if predicted > 0:
+            ratio = min(2.0, max(0.05, accepted / predicted))
+            self.calibration += (1.0 - self.decay) * (ratio - self.calibration)

@@ -3,7 +3,8 @@
 Every engine (the SGLang plugin, the reference engine) and the harness speak of a DDTree round with the same
 four settings, and take a request's overrides from SGLang's `sampling_params.custom_params`:
 
-    ddtree_budget             int in [0, the server's budget]    non-root tree nodes (0: the bonus token only)
+    ddtree_budget             int in [0, the server's budget]    non-root tree nodes (0: the bonus token only),
+                              or "auto" where the engine serves it   (each round's budget priced by the engine)
     ddtree_max_depth          int in [1, the server's limit]     depth limit of the tree
     ddtree_draft_temperature  finite number > 0                  divides the draft logits before the tree's scores
     ddtree_hold_chain         true / false                       the tree holds the drafter's rank-0 chain first
@@ -15,7 +16,7 @@ and the value:
 
     >>> server = TreeSettings(budget=64, max_depth=15)
     >>> server.with_custom_params({"ddtree_budget": 16, "ddtree_hold_chain": True}, max_depth=15)
-    TreeSettings(budget=16, max_depth=15, draft_temperature=1.0, hold_chain=True)
+    TreeSettings(budget=16, max_depth=15, draft_temperature=1.0, hold_chain=True, auto=False)
     >>> server.with_custom_params({"ddtree_budget": 10**9}, max_depth=15)
     TreeSettingsError: custom_params.ddtree_budget must be an int in [0, 64] (the server's budget), got 1000000000
     >>> TreeSettings(16, None, 0.5).to_custom_params()
@@ -45,15 +46,19 @@ class TreeSettingsError(ValueError):
 class TreeSettings:
     """One request's (or a server's default) DDTree settings."""
 
-    budget: int  # non-root tree nodes
+    budget: int  # non-root tree nodes (with auto: the largest a round may take)
     max_depth: int | None  # depth limit; None: the drafted block (block_size - 1)
     draft_temperature: float = 1.0  # > 0
     hold_chain: bool = False
+    auto: bool = False  # each round's budget chosen by the engine (ddtree_core.policy), up to `budget`
 
-    def with_custom_params(self, params: Mapping[str, Any] | None, *, max_depth: int) -> TreeSettings:
+    def with_custom_params(
+        self, params: Mapping[str, Any] | None, *, max_depth: int, auto_served: bool = False
+    ) -> TreeSettings:
         """These settings with a request's `custom_params` overrides applied, each checked: ddtree_budget in
-        [0, self.budget], ddtree_max_depth in [1, max_depth] (the largest depth the server takes), the
-        temperature finite and > 0, hold_chain a bool. TreeSettingsError otherwise, or for an unknown ddtree_ key."""
+        [0, self.budget] (or "auto" where `auto_served`), ddtree_max_depth in [1, max_depth] (the largest depth
+        the server takes), the temperature finite and > 0, hold_chain a bool. TreeSettingsError otherwise, or
+        for an unknown ddtree_ key."""
         if not params:
             return self
         if not isinstance(params, Mapping):
@@ -63,7 +68,14 @@ class TreeSettings:
         )
         if unknown:
             raise TreeSettingsError(f"custom_params.{unknown[0]} is unknown; known: {', '.join(REQUEST_PARAMS)}")
-        budget = _int_in(params, PARAM_BUDGET, self.budget, 0, self.budget, "the server's budget")
+        auto = self.auto
+        if auto_served and params.get(PARAM_BUDGET) == "auto":
+            budget, auto = self.budget, True
+        elif PARAM_BUDGET in params:
+            what = "the server's budget" + ('; or "auto"' if auto_served else "")
+            budget, auto = _int_in(params, PARAM_BUDGET, self.budget, 0, self.budget, what), False
+        else:
+            budget = self.budget
         depth = _int_in(params, PARAM_MAX_DEPTH, self.max_depth, 1, max_depth, "the server's depth limit")
         temperature = params.get(PARAM_DRAFT_TEMPERATURE, self.draft_temperature)
         if not (_is_number(temperature) and math.isfinite(temperature) and temperature > 0):
@@ -73,11 +85,12 @@ class TreeSettings:
         hold_chain = params.get(PARAM_HOLD_CHAIN, self.hold_chain)
         if not isinstance(hold_chain, bool):
             raise TreeSettingsError(f"custom_params.{PARAM_HOLD_CHAIN} must be true or false, got {hold_chain!r}")
-        return TreeSettings(budget, depth, float(temperature), hold_chain)
+        return TreeSettings(budget, depth, float(temperature), hold_chain, auto)
 
     def to_custom_params(self) -> dict[str, Any]:
         """The custom_params that ask a server for these settings (a depth of None goes unsaid)."""
-        params: dict[str, Any] = {PARAM_BUDGET: self.budget, PARAM_DRAFT_TEMPERATURE: self.draft_temperature}
+        budget = "auto" if self.auto else self.budget
+        params: dict[str, Any] = {PARAM_BUDGET: budget, PARAM_DRAFT_TEMPERATURE: self.draft_temperature}
         if self.max_depth is not None:
             params[PARAM_MAX_DEPTH] = self.max_depth
         params[PARAM_HOLD_CHAIN] = self.hold_chain

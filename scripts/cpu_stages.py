@@ -2,6 +2,7 @@
 tree build, tree compile, verify, commit) for AR, DFlash and DDTree (reference heap and torch tree paths).
 
     python scripts/cpu_stages.py --threads 2 --dtype float32 --prompts 2 --out stages.json
+    python scripts/cpu_stages.py --draft-dtype bfloat16 --cases ar,dflash,b4,b8,b16
 
 The testbed pair (`ddbench testbed prepare` target, bundled drafter), the first held-out GSM8K prompts, T = 0,
 64 new tokens, one process; timing on (ddtree_core.reference.decode's stage clock). AR's "verify" is its
@@ -23,35 +24,41 @@ from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashProposer
 from ddtree_core.reference.loading import load_models
 
-CASES = {
-    "ar": SpecConfig(method="ar"),
-    "dflash": SpecConfig(method="dflash", tree_impl="torch"),
-    "ddtree-b64-reference": SpecConfig(method="ddtree", budget=64, tree_impl="reference"),
-    "ddtree-b64-torch": SpecConfig(method="ddtree", budget=64, tree_impl="torch"),
-    "ddtree-b32-torch": SpecConfig(method="ddtree", budget=32, tree_impl="torch"),
-    "ddtree-b16-torch": SpecConfig(method="ddtree", budget=16, tree_impl="torch"),
-}
+DEFAULT_CASES = "ar,dflash,b64-reference,b64,b32,b16"
+
+
+def case_spec(name: str) -> SpecConfig:
+    """ar, dflash, bN (DDTree at budget N, torch tree path) or bN-reference (the host heap)."""
+    if name in ("ar", "dflash"):
+        return SpecConfig(method=name, tree_impl="torch")
+    budget, _, impl = name.removeprefix("b").partition("-")
+    if not name.startswith("b") or not budget.isdigit() or impl not in ("", "reference"):
+        raise SystemExit(f"--cases: {name!r} is not ar, dflash, bN or bN-reference")
+    return SpecConfig(method="ddtree", budget=int(budget), tree_impl=impl or "torch")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", default="float32", help="float32 (the CPU default) or bfloat16")
+    parser.add_argument("--draft-dtype", default="same", help="the drafter's: same (as --dtype), float32, bfloat16")
+    parser.add_argument("--cases", default=DEFAULT_CASES, help=f"comma list (default {DEFAULT_CASES})")
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--data-dir", help="the offline dataset mirror (default: $DDBENCH_DATA_DIR)")
     parser.add_argument("--model", default=str(default_cache_dir() / "SmolLM2-135M-Instruct"))
     parser.add_argument("--out", help="also write the rows as JSON here")
     args = parser.parse_args()
+    cases = {name: case_spec(name) for name in args.cases.split(",")}
     torch.set_num_threads(args.threads)
-    models = load_models(args.model, str(DRAFTER_DIR), dtype=args.dtype, device="cpu")
+    models = load_models(args.model, str(DRAFTER_DIR), dtype=args.dtype, device="cpu", draft_dtype=args.draft_dtype)
     prompts = [
         chat_input_ids(models.tokenizer, [{"role": "user", "content": p.turns[0]}])
         for p in eval_prompts("gsm8k", data_dir=args.data_dir)[: args.prompts]
     ]
     sampling = SamplingConfig(max_new_tokens=64)
-    generate(models.target, prompts[0], SamplingConfig(max_new_tokens=8), CASES["ar"])  # warm-up
+    generate(models.target, prompts[0], SamplingConfig(max_new_tokens=8), SpecConfig(method="ar"))  # warm-up
     rows = []
-    for name, spec in CASES.items():
+    for name, spec in cases.items():
         tokens = seconds = rounds = 0
         stages: dict[str, float] = {}
         for prompt in prompts:

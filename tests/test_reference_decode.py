@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from ddtree_core import metrics, verify
+from ddtree_core.policy import AutoBudget, CostTable, auto_budgets
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
-from ddtree_core.reference.loading import random_target
+from ddtree_core.reference.loading import random_target, resolve_draft_dtype
 
 VOCAB = 8
 BLOCK = 6
@@ -320,6 +321,55 @@ def test_bfloat16_runs(method):
     generation = run(target, drafter, SpecConfig(method=method, budget=16), timing=True)
     assert generation.num_tokens == NEW_TOKENS and all(0 <= t < VOCAB for t in generation.tokens)
     assert math.isfinite(generation.time_per_output_token) and generation.stage_times.verify > 0
+
+
+@pytest.mark.parametrize("method", ["dflash", "ddtree"])
+def test_bfloat16_drafter_beside_a_float32_target_is_lossless(models, method):
+    """The drafter's dtype only moves acceptance: the float32 target's greedy tokens come out unchanged, and
+    the proposer hands the walk float32 logits from its bfloat16 copy of the head."""
+    target, drafter, ar_tokens = models
+    low = drafter_for(target).to(torch.bfloat16)
+    generation = run(target, low, SpecConfig(method=method, budget=16, draft_temperature=3.0))
+    assert_same_tokens(target, ar_tokens, generation.tokens)
+    proposer = DFlashProposer(low, target)
+    with torch.no_grad():
+        proposer.add_context(torch.zeros(1, len(PROMPT) - 1, len(low.target_layer_ids) * target.config.hidden_size))
+        logits = proposer.propose(PROMPT)
+    head = target.get_output_embeddings().weight
+    assert logits.dtype == torch.float32 and proposer._head_weight.dtype == torch.bfloat16
+    assert head.dtype == torch.float32  # the target's own head is untouched
+
+
+@pytest.mark.parametrize(
+    "cost, sizes",
+    [
+        (CostTable((1, 65), (1.0, 1.0)), {64}),  # verifying more costs nothing: the largest tree every round
+        (CostTable((1, 2, 65), (1.0, 1.0, 1e6)), {1}),  # beyond 2 tokens it costs ages: one node a round
+    ],
+    ids=["flat", "steep"],
+)
+def test_auto_budget_is_lossless_and_follows_the_cost(models, cost, sizes):
+    """budget=auto: every round takes the budget the cost favours, and the output stays the target's."""
+    target, drafter, ar_tokens = models
+    auto = AutoBudget(cost, auto_budgets(64))
+    spec = SpecConfig(method="ddtree", budget=64, draft_temperature=3.0)
+    generation = run(target, drafter, spec, auto=auto)
+    assert_same_tokens(target, ar_tokens, generation.tokens)
+    assert {stats.num_nodes for stats in generation.rounds} == sizes
+    assert auto.seen == len(generation.rounds) - 1 and auto.overhead_ms > 0 and 0.05 <= auto.calibration <= 2
+
+
+def test_draft_dtype_names(monkeypatch):
+    """same: the target's; auto: bfloat16 only beside a float32 target on a CPU with native bfloat16."""
+    cpu, f32, bf16 = torch.device("cpu"), torch.float32, torch.bfloat16
+    assert resolve_draft_dtype("same", cpu, f32) == f32 and resolve_draft_dtype("float16", cpu, f32) == torch.float16
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    assert resolve_draft_dtype("auto", cpu, f32) == bf16 and resolve_draft_dtype("auto", cpu, bf16) == bf16
+    assert resolve_draft_dtype("auto", torch.device("cuda"), f32) == f32
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert resolve_draft_dtype("auto", cpu, f32) == f32
+    with pytest.raises(ValueError, match="dtype must be auto or one of"):
+        resolve_draft_dtype("int8", cpu, f32)
 
 
 def test_dflash_and_ddtree_need_a_proposer():

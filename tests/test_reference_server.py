@@ -94,6 +94,7 @@ def test_health_and_info(url):
     status, info = call(url, "/get_server_info")
     assert status == 200 and (info["ddtree_budget"], info["speculative_num_draft_tokens"]) == (16, 6)
     assert info["ddtree_hold_chain"] is False
+    assert (info["dtype"], info["draft_dtype"]) == ("float32", "float32")
     assert call(url, "/nowhere")[0] == 404
 
 

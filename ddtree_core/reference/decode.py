@@ -33,6 +33,7 @@ from transformers import DynamicCache
 
 from ddtree_core import mask as tree_mask
 from ddtree_core import metrics, verify
+from ddtree_core.policy import AutoBudget, expected_accepts
 from ddtree_core.tree import DraftTopK, DraftTree, build_tree_from_topk, draft_topk
 
 METHODS = ("ar", "dflash", "ddtree")
@@ -68,6 +69,7 @@ class SpecConfig:
     draft_temperature: float = 1.0  # DDTree: scales draft logits before the tree's log-softmax
     hold_chain: bool = False  # DDTree: the tree holds the drafter's rank-0 chain first (ddtree_core.tree)
     tree_impl: str = "reference"  # ddtree_core implementation for tree build, mask and walk
+    auto: bool = False  # DDTree: each round's budget up to `budget` chosen by the engine's AutoBudget
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -155,12 +157,15 @@ def generate(
     timing: bool = False,
     trace: bool = False,
     stop_check: StopCheck | None = None,
+    auto: AutoBudget | None = None,
 ) -> Generation:
     """Generate one response for the prompt `input_ids`.
 
     proposer: required for dflash/ddtree (reference.dflash.DFlashProposer, fresh per call).
     stop_check: called with the generated tokens after each new token; a returned string ends the
     response ("stop", matched = that string). Used for stop strings.
+    auto: DDTree's budget chosen each round (`ddtree_core.policy.AutoBudget`, which this call updates; trees
+    are built at its largest budget, then cut to the chosen one); spec.budget is then ignored.
     """
     sampling, spec = sampling or SamplingConfig(), spec or SpecConfig()
     prompt = _as_list(input_ids)
@@ -172,7 +177,9 @@ def generate(
         if spec.block_size is not None and spec.block_size != proposer.block_size:
             raise ValueError(f"spec.block_size {spec.block_size} != the proposer's {proposer.block_size}")
         check_depth(spec, proposer.block_size)
-    run = _Run(target, sampling, spec, proposer, timing, trace, stop_check)
+    if auto is not None and spec.method != "ddtree":
+        raise ValueError(f"auto budgets are DDTree's, not {spec.method!r}'s")
+    run = _Run(target, sampling, spec, proposer, timing, trace, stop_check, auto)
     return run.generate(prompt)
 
 
@@ -231,8 +238,9 @@ class _Output:
 class _Run:
     """State of one generate call: the target cache, the committed length and the records."""
 
-    def __init__(self, target, sampling, spec, proposer, timing, trace, stop_check):
+    def __init__(self, target, sampling, spec, proposer, timing, trace, stop_check, auto=None):
         self.target, self.sampling, self.spec, self.proposer = target, sampling, spec, proposer
+        self.auto = auto
         self.device = target.get_input_embeddings().weight.device
         self.clock = _Clock(self.device, timing)
         self.cache = DynamicCache()
@@ -290,18 +298,31 @@ class _Run:
         tokens = prompt + self.output.tokens
         start = len(tokens) - 1  # position of the bonus token, = committed tokens in the target cache
         first = not self.rounds
+        round_start = time.perf_counter()
         with self.clock.stage("draft_prefill" if first else "draft"):
             logits = self.proposer.propose(tokens)  # [1, L, V]
         if first:
             self.decode_start = self.clock.now()
         with self.clock.stage("tree_build"):
             topk, tree = self._tree(logits)
+            predicted = None
+            if self.auto is not None:
+                expected = expected_accepts(tree)
+                budget = self.auto.choose(expected)
+                predicted = float(expected[0, budget])
+                if budget < self.auto.largest:
+                    tree = self._build(topk, budget)
         with self.clock.stage("tree_compile"):
             ids, positions, attention = self._compile(tree, tokens[-1], start)
+        verify_start = time.perf_counter()
         with self.clock.stage("verify"):
             out = self._forward(ids, positions, attention=attention)
+        verify_end = time.perf_counter()
         with self.clock.stage("commit"):
-            self._commit(tree, topk, ids, out, start)
+            accepted = self._commit(tree, topk, ids, out, start)
+        if self.auto is not None:
+            outside = (verify_start - round_start) + (time.perf_counter() - verify_end)
+            self.auto.observe(predicted, accepted, None if first else 1000 * outside)  # first: the draft's prefill
 
     def _tree(self, logits: torch.Tensor) -> tuple[DraftTopK, DraftTree]:
         """DDTree: the best-first tree (held: the rank-0 chain first). DFlash: the argmax chain of the block."""
@@ -311,11 +332,17 @@ class _Run:
             chain = DraftTopK(log_probs=topk.log_probs[..., :1], token_ids=topk.token_ids[..., :1])
             return topk, build_tree_from_topk(chain, length, impl=impl)
         depth = length if self.spec.max_depth is None else self.spec.max_depth
-        k = max(1, min(self.spec.budget, vocab))
+        budget = self.spec.budget if self.auto is None else self.auto.largest
         temperature = self.spec.draft_temperature
-        topk = draft_topk(logits[:, :depth], k, draft_temperature=temperature, impl=impl)
-        tree = build_tree_from_topk(topk, self.spec.budget, max_depth=depth, hold_chain=self.spec.hold_chain, impl=impl)
-        return topk, tree
+        topk = draft_topk(logits[:, :depth], max(1, min(budget, vocab)), draft_temperature=temperature, impl=impl)
+        return topk, self._build(topk, budget)
+
+    def _build(self, topk: DraftTopK, budget: int) -> DraftTree:
+        """The tree of `budget` nodes (the same from any top-K with K >= min(budget, vocab): a node of rank r
+        follows its r better siblings in pop order, so a tree of b nodes holds ranks < b only)."""
+        depth = topk.token_ids.shape[1]
+        impl, hold = self.spec.tree_impl, self.spec.hold_chain
+        return build_tree_from_topk(topk, budget, max_depth=depth, hold_chain=hold, impl=impl)
 
     def _compile(self, tree: DraftTree, root: int, start: int):
         """Verify inputs [1, n+1]: tokens, positions start + depth, and (DDTree) the additive mask."""
@@ -330,8 +357,9 @@ class _Run:
         attention[0, 0, :, start:].masked_fill_(~visible, torch.finfo(dtype).min)
         return ids, positions, attention
 
-    def _commit(self, tree: DraftTree, topk: DraftTopK, ids: torch.Tensor, out, start: int) -> None:
-        """Walk the tree, keep the accepted path's KV and features, record the round, emit its tokens."""
+    def _commit(self, tree: DraftTree, topk: DraftTopK, ids: torch.Tensor, out, start: int) -> int:
+        """Walk the tree, keep the accepted path's KV and features, record the round, emit its tokens; the
+        accepted nodes (bonus excluded)."""
         n = int(tree.num_nodes[0])
         chosen = self._sample(out.logits)  # [1, n+1]
         padded = torch.full(tuple(tree.parents.shape), -1, dtype=torch.int64, device=tree.parents.device)
@@ -348,6 +376,7 @@ class _Run:
         if self.traces is not None:
             self.traces.append(_trace(tree, n, accepted))
         self.output.extend(emitted)
+        return accept_len - 1
 
     def _forward(self, ids, positions, *, attention=None, logits_to_keep=0):
         hidden = self.spec.method != "ar"

@@ -356,7 +356,12 @@ class DFlashProposer:
             raise ValueError(f"block_size must be >= 2, got {self.block_size}")
         self.layer_ids = drafter.target_layer_ids
         self._embed = target.get_input_embeddings()
-        self._lm_head = target.get_output_embeddings()
+        head = target.get_output_embeddings()
+        # A drafter in another dtype than the target's (a bfloat16 drafter beside a float32 target on a CPU)
+        # drafts through its own copy of the head in its dtype; the logits come back in the target's.
+        self._head_weight = head.weight.detach().to(drafter.dtype)
+        self._head_bias = None if getattr(head, "bias", None) is None else head.bias.detach().to(drafter.dtype)
+        self._logits_dtype = head.weight.dtype
         self._cache = drafter.new_cache()
         self._pending: list[torch.Tensor] = []  # each [1, n, F]
 
@@ -376,4 +381,6 @@ class DFlashProposer:
         block = torch.full((1, self.block_size), self.drafter.mask_token_id, dtype=torch.long, device=device)
         block[0, 0] = tokens[-1]
         hidden = self.drafter(self._embed(block), context, self._cache)
-        return self._lm_head(hidden[:, 1:].to(self._lm_head.weight.dtype))
+        states = hidden[0, 1:].to(self._head_weight.dtype).contiguous()  # 2D: a strided 3D input takes bmm + copies
+        logits = nn.functional.linear(states, self._head_weight, self._head_bias)
+        return logits.to(self._logits_dtype).unsqueeze(0)

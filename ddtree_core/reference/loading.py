@@ -38,6 +38,21 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]
 
 
+def resolve_draft_dtype(name: str, device: torch.device, target_dtype: torch.dtype) -> torch.dtype:
+    """The drafter's dtype: "same" (the target's), "auto" or a `resolve_dtype` name.
+
+    "auto" is bfloat16 beside a float32 target on a CPU with native bfloat16 matrix units (oneDNN's check:
+    AVX512-BF16 or AMX), where a draft pass of the testbed drafter takes 9 ms against 23 in float32, most of it
+    the head's 15 x 49,152 logits; elsewhere the target's dtype.
+    """
+    if name == "same":
+        return target_dtype
+    if name == "auto":
+        native_bf16 = device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        return torch.bfloat16 if native_bf16 and target_dtype == torch.float32 else target_dtype
+    return resolve_dtype(name, device)
+
+
 def load_models(
     model: str,
     draft: str | None = None,
@@ -45,8 +60,13 @@ def load_models(
     dtype: str = "auto",
     device: str = "auto",
     attn_implementation: str = "sdpa",
+    draft_dtype: str = "same",
 ) -> LoadedModels:
-    """Target (sdpa: the tree mask needs an implementation that takes a 4D mask), drafter, tokenizer."""
+    """Target (sdpa: the tree mask needs an implementation that takes a 4D mask), drafter, tokenizer.
+
+    `draft_dtype` (`resolve_draft_dtype`) may differ from the target's: the target alone decides the output,
+    so a bfloat16 drafter beside a float32 target stays lossless.
+    """
     from transformers import AutoModelForCausalLM
 
     dev = resolve_device(device)
@@ -58,7 +78,8 @@ def load_models(
     target = target.to(dev).eval()
     drafter = None
     if draft is not None:
-        drafter = DFlashDraftModel.from_pretrained(_local_folder(draft), dtype=torch_dtype, device=dev)
+        draft_torch_dtype = resolve_draft_dtype(draft_dtype, dev, torch_dtype)
+        drafter = DFlashDraftModel.from_pretrained(_local_folder(draft), dtype=draft_torch_dtype, device=dev)
         check_pair(target, drafter)
     return LoadedModels(target=target, drafter=drafter, tokenizer=load_tokenizer(model))
 

@@ -39,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ddtree_core import metrics, ops
+from ddtree_core.policy import AutoBudget, auto_budgets
 from ddtree_core.reference.decode import Generation, SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
 from ddtree_core.settings import TreeSettings, TreeSettingsError
@@ -105,6 +106,7 @@ class ReferenceEngine:
         eos_token_ids: tuple[int, ...] = (),
         model_path: str = "",
         draft_path: str | None = None,
+        auto: AutoBudget | None = None,
     ):
         self.spec = spec or SpecConfig()
         if self.spec.method != "ar" and drafter is None:
@@ -113,6 +115,7 @@ class ReferenceEngine:
         self.eos_token_ids = tuple(eos_token_ids)
         self.model_path, self.draft_path = model_path, draft_path
         self.vocab_size = target.get_input_embeddings().weight.shape[0]
+        self.auto = auto  # budget=auto's state (custom_params.ddtree_budget "auto"), shared by the requests
         self._lock = threading.Lock()
 
     def generate(self, body: Any) -> dict[str, Any]:
@@ -131,6 +134,7 @@ class ReferenceEngine:
                 proposer=proposer,
                 timing=True,
                 stop_check=self._stop_check(request.stop),
+                auto=self.auto if request.spec.auto else None,
             )
         return self._response(request, result, time.perf_counter() - received)
 
@@ -188,6 +192,8 @@ class ReferenceEngine:
             "ddtree_draft_temperature": self.spec.draft_temperature,
             "ddtree_hold_chain": self.spec.hold_chain,
             "ddtree_tree_impl": self.spec.tree_impl,
+            "dtype": str(self.target.dtype).removeprefix("torch."),
+            "draft_dtype": None if self.drafter is None else str(self.drafter.dtype).removeprefix("torch."),
         }
 
     def _input_ids(self, body: dict) -> tuple[int, ...]:
@@ -241,7 +247,7 @@ class ReferenceEngine:
         block = self.spec.block_size or self.drafter.block_size
         server = TreeSettings(self.spec.budget, self.spec.max_depth, self.spec.draft_temperature, self.spec.hold_chain)
         try:
-            chosen = server.with_custom_params(custom, max_depth=block - 1)
+            chosen = server.with_custom_params(custom, max_depth=block - 1, auto_served=self.auto is not None)
         except TreeSettingsError as error:
             raise RequestError(str(error)) from None
         return dataclasses.replace(
@@ -250,6 +256,7 @@ class ReferenceEngine:
             max_depth=chosen.max_depth,
             draft_temperature=chosen.draft_temperature,
             hold_chain=chosen.hold_chain,
+            auto=chosen.auto,
         )
 
     def _stop_check(self, stop: tuple[str, ...]):
@@ -458,12 +465,26 @@ def serving(
 
 
 def load_engine(
-    model: str, draft: str | None, spec: SpecConfig, *, dtype: str = "auto", device: str = "auto"
+    model: str,
+    draft: str | None,
+    spec: SpecConfig,
+    *,
+    dtype: str = "auto",
+    device: str = "auto",
+    draft_dtype: str = "auto",
 ) -> ReferenceEngine:
     """The engine a server of `spec` runs over the model folders (or hub ids) `model` and `draft`."""
     from ddtree_core.reference import loading
 
-    models = loading.load_models(model, draft, dtype=dtype, device=device)
+    models = loading.load_models(model, draft, dtype=dtype, device=device, draft_dtype=draft_dtype)
+    auto = None
+    if spec.method == "ddtree" and spec.budget >= 1:  # budget=auto's verify cost, measured here (seconds)
+        from ddtree_core.reference.cost import measure_verify_cost
+
+        budgets = auto_budgets(spec.budget)
+        cost = measure_verify_cost(models.target, (1,) + tuple(b + 1 for b in budgets))
+        logger.info("budget=auto weighs budgets %s; verify ms at %s tokens: %s", budgets, cost.tokens, cost.ms)
+        auto = AutoBudget(cost, budgets)
     return ReferenceEngine(
         models.target,
         drafter=models.drafter,
@@ -472,6 +493,7 @@ def load_engine(
         eos_token_ids=loading.eos_token_ids(models.target, models.tokenizer),
         model_path=model,
         draft_path=draft,
+        auto=auto,
     )
 
 
@@ -491,7 +513,9 @@ def main(argv: list[str] | None = None) -> None:
         from ddtree_core.kernels import pdl
 
         pdl.configure(pdl.from_environ(os.environ))
-    engine = load_engine(args.model, args.draft, spec, dtype=args.dtype, device=args.device)
+    engine = load_engine(
+        args.model, args.draft, spec, dtype=args.dtype, device=args.device, draft_dtype=args.draft_dtype
+    )
     server = make_server(engine, args.host, args.port, args.api_key)
     logger.info("reference server (%s) listening on http://%s:%d", args.method, args.host, server.server_address[1])
     try:
@@ -511,6 +535,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument(
+        "--draft-dtype",
+        default="auto",
+        choices=("auto", "same", "float32", "bfloat16", "float16"),
+        help="the drafter's dtype: auto (bfloat16 beside a float32 target on a CPU with native bfloat16, else the"
+        " target's) | same | float32 | bfloat16 | float16; the target alone decides the output, so any is lossless",
+    )
     parser.add_argument("--budget", type=int, default=64, help="DDTree tree nodes per round")
     parser.add_argument("--max-depth", type=int, default=None, help="DDTree depth limit (default block_size - 1)")
     parser.add_argument("--block-size", type=int, default=None, help="draft block size (default: the drafter's)")
