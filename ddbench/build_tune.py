@@ -40,8 +40,8 @@ from ddbench.kernel_bench import draft_logits, launch_label, parse_ints, parse_l
 LENGTH = 16
 # KEYS: tree_build.LAUNCH_KEYS, in column order; FLAGS: the bool ones
 KEYS = ("num_warps", "HIST_BINS", "LOG_BINS", "QCH", "CHUNK", "SORT_RANKS", "FINE_BITS", "SORT_SURVIVORS", "FCH", "CUT",
-        "PRE_BOUND", "AHEAD", "RANK_LIMIT", "SORTED_BOUND", "TAILS", "TB", "FS", "FR", "SPLIT")
-FLAGS = ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "SORTED_BOUND", "TAILS", "SPLIT")
+        "TAILS", "TB", "FS", "FR")
+FLAGS = ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "TAILS")
 COLUMNS = ("batch", "budget", "logit_scale", "max_depth", *KEYS, "us", "equal", "mean_depth", "note")
 PHASE_COLUMNS = ("batch", "budget", "logit_scale", "launch", "phase", "us")
 BEST_COLUMNS = ("batch", "budget", "logit_scale", *KEYS, "us", "default_us")
@@ -110,7 +110,7 @@ def run(
                 rows.append(tune_row(row, call, check, COLUMNS))
             if device == "cuda":
                 cell = {"batch": batch, "budget": budget, "logit_scale": scale}
-                for launch in [{}, *(launch for launch in extra if not launch.get("SPLIT"))]:  # stamps: one kernel's
+                for launch in [{}, *extra]:
                     label = launch_label(launch)
                     phase_rows += [cell | {"launch": label, "phase": name, "us": round(us, 2)}
                                    for name, us in phases(lists, budget, launch).items()]  # fmt: skip

@@ -13,23 +13,23 @@ def test_sweep_times_every_launch_and_checks_its_trees(tmp_path, monkeypatch):
     rows = build_tune.run(tmp_path, cells=[(2, 6)], scales=[12.0], vocab=50, warps=[4, 2], hist_bins=[2, 2048],
                           log_bins=[4], depths=[1, 2, 3], qch=[2], chunk=[16], counted_ranks=True,
                           extra=[{"FINE_BITS": 0, "SORT_SURVIVORS": False, "FCH": 0}, {"FCH": 0},
-                                 {"TAILS": True, "SPLIT": True}])  # fmt: skip
+                                 {"TAILS": True}])  # fmt: skip
     a = "auto"
     assert [(r["max_depth"], *(r[k] for k in build_tune.KEYS)) for r in rows] == [
-        (3, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, 4, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, 4, 2048, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, 2, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, 2, 2048, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, 4, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, 2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, 16, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, a, False, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, a, a, 0, False, 0, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, a, a, a, a, 0, a, a, a, a, a, a, a, a, a, a),
-        (3, a, a, a, a, a, a, a, a, a, a, a, a, a, a, True, a, a, a, True),
-        (1, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
-        (2, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, 4, 2, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, 4, 2048, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, 2, 2, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, 2, 2048, a, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, 4, a, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, 2, a, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, 16, a, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, a, False, a, a, a, a, a, a, a, a),
+        (3, a, a, a, a, a, a, 0, False, 0, a, a, a, a, a),
+        (3, a, a, a, a, a, a, a, a, 0, a, a, a, a, a),
+        (3, a, a, a, a, a, a, a, a, a, a, True, a, a, a),
+        (1, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
+        (2, a, a, a, a, a, a, a, a, a, a, a, a, a, a),
     ]  # fmt: skip  (depth 3 = LENGTH: the full build, timed once)
     assert all(r["equal"] is True and r["us"] > 0 for r in rows), [r["note"] for r in rows]
     assert [r["mean_depth"] for r in rows[-2:]] == [1.0, 2.0] and rows[0]["mean_depth"] == 3.0  # sharp drafts
@@ -43,9 +43,8 @@ def test_best_skips_unequal_and_failed_launches():
     def row(warps, us, equal):
         return {"batch": 1, "budget": 8, "logit_scale": 4.0, "max_depth": 16, "num_warps": warps, "HIST_BINS": "auto",
                 "LOG_BINS": "auto", "QCH": "auto", "CHUNK": "auto", "SORT_RANKS": "auto", "FINE_BITS": "auto",
-                "SORT_SURVIVORS": "auto", "FCH": "auto", "CUT": "auto", "PRE_BOUND": "auto", "AHEAD": "auto",
-                "RANK_LIMIT": "auto", "SORTED_BOUND": "auto", "TAILS": "auto", "TB": "auto", "FS": "auto", "FR": "auto",
-                "SPLIT": "auto", "us": us, "equal": equal}  # fmt: skip
+                "SORT_SURVIVORS": "auto", "FCH": "auto", "CUT": "auto", "TAILS": "auto", "TB": "auto", "FS": "auto",
+                "FR": "auto", "us": us, "equal": equal}  # fmt: skip
 
     shallow = {**row(1, 0.5, True), "max_depth": 2}  # a depth-limited row is no launch candidate
     best = build_tune.best_rows(

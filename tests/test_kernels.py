@@ -5,7 +5,6 @@ conftest.py before any kernel module is imported); cases too slow for it are mar
 """
 
 import dataclasses
-import itertools
 import random
 
 import pytest
@@ -189,24 +188,6 @@ def test_build_holding_the_chain_equals_reference():
         {"FCH": 16, "FINE_BITS": 1},
         {"FCH": 32, "FINE_BITS": 0, "HIST_BINS": 2},
         {"FCH": 512},
-        {"PRE_BOUND": True},
-        pytest.param({"PRE_BOUND": True, "SORT_SURVIVORS": False}, marks=SLOW),
-        pytest.param({"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 0, "HIST_BINS": 64}, marks=SLOW),
-        pytest.param({"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 8, "CHUNK": 16}, marks=SLOW),
-        pytest.param({"PRE_BOUND": True, "SORT_SURVIVORS": False, "FINE_BITS": 0, "HIST_BINS": 2}, marks=SLOW),
-        {"AHEAD": 4},
-        pytest.param({"AHEAD": 64, "FINE_BITS": 0}, marks=SLOW),
-        pytest.param({"AHEAD": 8, "FINE_BITS": 3, "HIST_BINS": 2}, marks=SLOW),
-        pytest.param({"AHEAD": 2, "PRE_BOUND": True, "SORT_SURVIVORS": False}, marks=SLOW),
-        {"RANK_LIMIT": True},
-        pytest.param({"RANK_LIMIT": True, "HIST_BINS": 2}, marks=SLOW),
-        pytest.param({"RANK_LIMIT": True, "FINE_BITS": 8}, marks=SLOW),
-        pytest.param({"RANK_LIMIT": True, "PRE_BOUND": True}, marks=SLOW),
-        pytest.param({"RANK_LIMIT": True, "AHEAD": 4, "CHUNK": 16, "QCH": 2}, marks=SLOW),
-        {"SORTED_BOUND": True},
-        pytest.param({"SORTED_BOUND": True, "FINE_BITS": 1, "HIST_BINS": 64}, marks=SLOW),
-        pytest.param({"SORTED_BOUND": True, "FINE_BITS": 8, "HIST_BINS": 2, "CHUNK": 16, "num_warps": 1}, marks=SLOW),
-        pytest.param({"SORTED_BOUND": True, "AHEAD": 4}, marks=SLOW),
     ],
 )
 def test_build_launch_overrides_keep_the_trees(launch):
@@ -216,12 +197,7 @@ def test_build_launch_overrides_keep_the_trees(launch):
     level's survivors selected instead of sorted once (SORT_SURVIVORS off), the final nodes selected and ranked
     (FCH 0), sorted when the pool holds at most 16 (some requests) or 512 (above the default, 256 at N = 40), or
     its part below the last bound does (CUT: the 16 or 32 there; a cut of a 2-bucket or a 1-bit split's bound
-    holds too many), a level's survivors first cut below a bound that counts them too (PRE_BOUND; with
-    SORT_SURVIVORS off every level above b takes it, and a 2-bucket bound leaves more than a block, so the radix
-    selection), a full level's bound counting its best nodes' chains of descendants too (AHEAD: 4 x 64 nodes, 64 x
-    4, 8 x 32 with a 2-bucket histogram), a sorted level's bound and parents from the sort's registers (SORTED_BOUND;
-    its fine bucket moving between levels or not, and ignored with AHEAD). The off-by-default keys (PRE_BOUND,
-    AHEAD, RANK_LIMIT, SORTED_BOUND) run once each by default, their combinations under `-m slow`."""
+    holds too many)."""
     from ddtree_core.kernels import tree_build
 
     generator = torch.Generator().manual_seed(3)
@@ -291,33 +267,6 @@ def test_build_by_deviations_at_budget_1024(scale, dtype, vocab, budgets):
     assert paths.any()  # TAILS built at least one of them
 
 
-def test_split_build_equals_the_reference():
-    """SPLIT: the tails build in one kernel, the level build of the requests it left in a second. One batch mixes
-    chain-like drafts (built by the first kernel), wide ones and a budget of 0 (handed over at once), each held or not;
-    a final sort of 16 (FS) makes the first kernel give up after it has filled the pool, which the second rebuilds."""
-    from ddtree_core.kernels import tree_build
-
-    generator = torch.Generator().manual_seed(11)
-    scales = torch.tensor([12.0, 1.0, 12.0, 4.0]).view(4, 1, 1)
-    topk = draft_topk((torch.randn(4, 8, 200, generator=generator) * scales).to(DEVICE), 40, impl="reference")
-    budget = torch.tensor([40, 40, 0, 23], device=DEVICE)
-    hold = torch.tensor([False, True, False, True], device=DEVICE)
-    ref = build_tree_from_topk(topk, budget, max_budget=40, hold_chain=hold, impl="reference")
-    for launch in ({"TAILS": True}, {"TAILS": True, "FS": 16}):
-        one = torch.zeros(4, dtype=torch.int32, device=DEVICE)
-        assert_same(tree_build.build_tree_from_topk(topk, budget, 8, 40, hold, launch=launch, paths=one), ref)
-        assert one.tolist() == ([1, 0, 0, 1] if len(launch) == 1 else [0, 0, 0, 0])  # budgets above FS: it gave up
-        paths = torch.full((4,), 7, dtype=torch.int32, device=DEVICE)
-        out = tree_build.build_tree_from_topk(topk, budget, 8, 40, hold, launch=launch | {"SPLIT": True}, paths=paths)
-        assert_same(out, ref)
-        assert paths.tolist() == one.tolist()  # the first kernel built what the one-kernel build's tails build did
-        assert_same(tree_build.build_tree_from_topk(topk, budget, 8, 40, hold, launch={"TAILS": True, "SPLIT": True}),
-                    ref)  # its own hand-over buffer
-    with pytest.raises(ValueError, match="SPLIT=0 to profile"):
-        clock = torch.zeros(4, tree_build.clock_slots(8), dtype=torch.int64, device=DEVICE)
-        tree_build.build_tree_from_topk(topk, budget, 8, 40, launch={"SPLIT": True}, clock=clock)
-
-
 def test_default_launch_builds_by_deviations_up_to_budget_256():
     from ddtree_core.kernels import tree_build
 
@@ -353,23 +302,6 @@ def test_build_by_deviations_orders_tie_groups_by_their_parents():
         assert paths.tolist() == [by_tails]
 
 
-def test_build_ahead_counts_only_descendants_within_the_depth_limit():
-    """AHEAD's bound on drafts cut short by max_depth: the descendants it counts stop at the limit (a node past it
-    would tighten the bound with one the tree can never hold; counting one depth more fails here)."""
-    from ddtree_core.kernels import tree_build
-
-    generator = torch.Generator().manual_seed(0)
-    for scale in (3.0, 12.0):
-        topk = draft_topk((torch.randn(1, 6, 200, generator=generator) * scale).to(DEVICE), 16, impl="reference")
-        for depth, budget, hold in itertools.product((2, 3), (8, 16), (False, True)):
-            ref = build_tree_from_topk(topk, budget, max_depth=depth, max_budget=budget, hold_chain=hold,
-                                       impl="reference")  # fmt: skip
-            for ahead in (4, 16):
-                launch = {"AHEAD": ahead, "TAILS": False}
-                out = tree_build.build_tree_from_topk(topk, budget, depth, budget, hold, launch=launch)
-                assert_same(out, ref)
-
-
 def test_build_rejects_bad_launch():
     from ddtree_core.kernels import tree_build
 
@@ -384,9 +316,6 @@ def test_build_rejects_bad_launch():
         tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"SORT_RANKS": 1})
     with pytest.raises(ValueError, match="SORT_RANKS needs N <= 1024"):
         tree_build._launch_config(2048, 9000, False, {"SORT_RANKS": True})
-    for bad in (3, 128, -1, True):
-        with pytest.raises(ValueError, match="AHEAD"):
-            tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"AHEAD": bad})
     for key, bad in (("TB", 3), ("TB", 32768), ("FS", 1), ("FS", 8192), ("FR", 1), ("FR", 12), ("FR", 32)):
         with pytest.raises(ValueError, match=key):
             tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={key: bad})
@@ -394,8 +323,6 @@ def test_build_rejects_bad_launch():
         tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"TAILS": 1})
     with pytest.raises(ValueError, match="paths must be an int32 tensor"):
         tree_build.build_tree_from_topk(topk, 4, 2, 4, paths=torch.zeros(1, dtype=torch.int64, device=DEVICE))
-    with pytest.raises(ValueError, match="RANK_LIMIT must be a bool"):
-        tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"RANK_LIMIT": 1})
     for bad in (9, -1, True, 2.0):
         with pytest.raises(ValueError, match="FINE_BITS"):
             tree_build.build_tree_from_topk(topk, 4, 2, 4, launch={"FINE_BITS": bad})

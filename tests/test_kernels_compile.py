@@ -72,26 +72,19 @@ def profiled_build(arch: int) -> None:
                 "clock_ptr": "*i64", "path_ptr": "*i32"}  # fmt: skip
     launch = tree_build._launch_config(256, 1570, False)
     warps = launch.pop("num_warps")
-    launch.pop("SPLIT")  # a host-side choice: the two kernels are the STAGE values below
     compiled = compile_for(tree_build._build_kernel, arch, pointers, launch | {"HOLD": 0, "PROFILE": True, "PDL": True},
                            warps)  # fmt: skip
     ptx = compiled.asm["ptx"]
     assert "%globaltimer" in ptx and "%clock64" in ptx
     assert "griddepcontrol.launch_dependents" in ptx and "griddepcontrol.wait" in ptx  # pdl.py
     counting = compile_for(tree_build._build_kernel, arch, pointers,
-                           launch | {"HOLD": 1, "SORT_RANKS": False, "PRE_BOUND": True, "TAILS": False,
-                                     "SORTED_BOUND": True}, warps)  # fmt: skip
+                           launch | {"HOLD": 1, "SORT_RANKS": False, "TAILS": False}, warps)  # fmt: skip
     assert counting.asm["cubin"]
     fine = compile_for(tree_build._build_kernel, arch, pointers,
                        launch | {"HOLD": 0, "FINE_BITS": 0, "SORT_SURVIVORS": False, "FCH": 0, "TAILS": False}, warps)
     assert fine.asm["cubin"]  # the former defaults: no sort of the survivors or the final pool
-    ahead = compile_for(tree_build._build_kernel, arch, pointers,
-                        launch | {"HOLD": 2, "AHEAD": 8, "TAILS": False}, warps)  # fmt: skip
-    assert ahead.asm["cubin"]  # the look-ahead bound
-    for stage in (1, 2):  # SPLIT's kernels: the tails build alone, the level build of the rows it left
-        split = compile_for(tree_build._build_kernel, arch, pointers,
-                            launch | {"HOLD": 0, "PDL": True, "STAGE": stage, "TAILS": stage == 1}, warps)
-        assert "griddepcontrol.wait" in split.asm["ptx"]
+    held = compile_for(tree_build._build_kernel, arch, pointers, launch | {"HOLD": 2, "PATHS": True}, warps)
+    assert held.asm["cubin"]  # per-request holds, the paths written
 
 
 TYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "int64": "i64", "int32": "i32", "int16": "i16",

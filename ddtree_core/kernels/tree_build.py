@@ -15,9 +15,7 @@ nodes of depth d, with b the request's budget:
      survive, a radix selection over their keys (histograms, no sort) keeps the b smallest, equal
      keys in list order, which is the level order (key, i, r); with at most SCH = min(1024, 2 * PCH)
      survivors (SORT_SURVIVORS, on by default), one tl.sort of (key, pair) orders them instead and the
-     first b are appended (`_append_sorted`), which is steps 2 and 3 at once. PRE_BOUND (off by default; not
-     timed yet) first cuts more survivors below step 4's bound taken over the kept keys and the survivors
-     together (`_survivor_bound`), and sorts them the same way when at most a block of ranks remain.
+     first b are appended (`_append_sorted`), which is steps 2 and 3 at once.
   3. order: the kept candidates are ordered by (key, i, r): by tl.sort of key << 32 | (i, r) up to
      b = 1,024 (SORT_RANKS, the scores recomputed from the sorted pairs), else each one's position is
      the number of kept candidates with a smaller (key, i, r), counted by broadcast compares (b * b);
@@ -30,21 +28,15 @@ nodes of depth d, with b the request's budget:
      one: up to the last node whose best child (the next depth's best log-prob added) still lies below the bound
      (`_live_parents`; none: the levels end here). FINE_BITS (6 by default; 0: off) splits that bucket by the
      keys' next bits (`_fine_bound`): a tighter bound, for one more pass over the kept keys whenever the bucket
-     moves, so that fewer candidates survive to the next level. AHEAD (a launch key, off by default): after a level
-     that keeps b nodes, the count also takes the rank-0 descendants, up to AHEAD depths down, of its 256 / AHEAD
-     best nodes (`_ahead_bound`): nodes that exist and are not kept yet, so the bound stays valid, and on chain-like
-     drafts, where every node heads a chain of near-equal scores, it is much tighter.
-Level 0, the root's children, takes none of these passes (with FINE_BITS on, AHEAD off and min(K, b) <= PCH): its
+     moves, so that fewer candidates survive to the next level.
+Level 0, the root's children, takes none of these passes (with FINE_BITS on and min(K, b) <= PCH): its
 pairs (0, r) are the first min(K, b) ranks of depth 1, none cut (no bound yet) and already in level order, so they go
 straight from the lists to the pool (`_append_first`: one load of the log-probs instead of the expand's stores, the
 order check's and the append's loads), and step 4 and the next level's parents come from the keys and scores it holds
 in registers (`_first_bound`), not from two passes over the pool. On an H200 (results/kernels/h200-2026-12-01h,
 call 1) it took the build kernel from 23.4 to 22.1 us and the round from 50.6 to 49.3 us at batch 1, budget 256
 (default drafts); compiled for sm_90a at budget 256 the kernel takes 255 registers against 203, without spills
-(ptxas resource usage, h200-2026-12-01d; one program of 8 warps per SM either way). SORTED_BOUND (a launch
-key, off until timed) does the same for a later level appended by one sort (`_sorted_bound`): its bound and parents
-from the sort's registers; the earlier levels' keys are read only when the bound's fine bucket moves (for sm_90a at
-budget 256 also 255 registers, no spills).
+(ptxas resource usage, h200-2026-12-01d; one program of 8 warps per SM either way).
 Holding the chain (tree.py), a request's keys are 0 on the pairs (0, 0) of finite score, the chain, and
 bits(-score) + 1 elsewhere, as in batched.py; keys stay below INT32_MAX and a child's key is still
 never smaller than its parent's, so steps 1-4 are unchanged.
@@ -115,14 +107,6 @@ no spills (ptxas resource usage); about 1 us of it is the level build compiled i
 `_tail_build`, h200-2026-12-01e call 1: 49.3 against 50.3 us, dropped since the call cost TAILS 6-12 us at batch 64).
 At batches 8 and 32 (h200-2026-12-01e call 4) TAILS costs the default drafts 0.5-3.6 us and saves chain-like ones
 15-42. Above budget 256 it is untimed, so off.
-
-SPLIT (a launch key, off by default) runs TAILS as two kernels: the first (STAGE 1, no level build compiled in)
-builds the requests it can and marks them in `paths`, the second (STAGE 2, no tails build compiled in) runs the level
-build for the rest, its programs for the others ending at once. On an H200 (results/kernels/h200-2026-12-01g, call 1,
-batch 1, budget 256, rounds) the two kernels took 23.1 us of device time against the one kernel's 23.0 on the
-default drafts (the level build alone about 1.5 us faster, the second launch about as much), rounds 50.3 against
-50.4 us (47.5 against 47.8 in a graph of 8); on chain-like drafts 82.7 against 84.0. Larger batches are untimed, so
-it stays off.
 """
 
 from __future__ import annotations
@@ -265,25 +249,20 @@ def _sort_pairs(key, low):
 
 @triton.jit
 def _expand_level(
-    lp_row, s_ll, s_lk, pairs_ptr, n_cand, tile_bits, n_ranks, d, b, held, bound, start_par, pool_score,
-    cand_key, cand_pk, cand_score, CHUNK: tl.constexpr,
+    lp_row, s_ll, s_lk, pairs_ptr, n_cand, d, b, held, bound, start_par, pool_score, cand_key, cand_pk, cand_score,
+    CHUNK: tl.constexpr,
 ):  # fmt: skip
-    """Step 1: score the candidate pairs of the level below depth d, keep those under `bound`,
-    compact them in (i, r) order. Returns how many survive. The pairs are the static table's first n_cand, or
-    with tile_bits >= 0 (RANK_LIMIT) the tile i = j >> tile_bits, r = j & (2**tile_bits - 1) of the ranks
-    r < n_ranks (`_rank_limit`), the same pairs in the same order less ones that cannot pass the bound."""
+    """Step 1: score the static table's first n_cand candidate pairs of the level below depth d, keep those under
+    `bound`, compact them in (i, r) order. Returns how many survive."""
     offs = tl.arange(0, CHUNK)
-    tiled = tile_bits >= 0
-    shift = tl.maximum(tile_bits, 0)
     n_valid = n_cand * 0
     c0 = n_cand * 0
     while c0 < n_cand:
         j = c0 + offs
-        pair = tl.load(pairs_ptr + j, mask=(j < n_cand) & (tiled == 0), other=0)
-        pair = tl.where(tiled, ((j >> shift) << 16) | (j & ((1 << shift) - 1)), pair)
+        pair = tl.load(pairs_ptr + j, mask=j < n_cand, other=0)
         i = pair >> 16
         r = pair & 0xFFFF
-        valid = (j < n_cand) & ((i + 1) * (r + 1) <= b) & (r < n_ranks)
+        valid = (j < n_cand) & ((i + 1) * (r + 1) <= b)
         parent_score = tl.load(pool_score + start_par + i, mask=valid, other=0.0)
         score = parent_score + tl.load(lp_row + d * s_ll + r * s_lk, mask=valid, other=0.0)
         key = _node_key(score, (i == 0) & (r == 0), held)
@@ -295,24 +274,6 @@ def _expand_level(
         n_valid += tl.sum(valid.to(tl.int32), 0)
         c0 += CHUNK
     return n_valid
-
-
-@triton.jit
-def _rank_limit(lp_level, s_lk, k, parent_score, held, bound, BLOCK: tl.constexpr):
-    """RANK_LIMIT: how many of the level's k ranks can give a child below `bound`, at least 1: the ranks r whose
-    child of a parent scoring parent_score (the level's first parent: the chain node, all ranks 0, or else the
-    smallest key, either way the best score of its depth) has the expand's key below it. lp_level is sorted best first
-    and float addition is monotone, so for every parent and every r at or past the count the key is at least the
-    bound (the chain's pair (0, 0), of key 0, has r = 0): the expand would drop them."""
-    offs = tl.arange(0, BLOCK)
-    count = k * 0
-    r0 = k * 0
-    while r0 < k:
-        r = r0 + offs
-        score = parent_score + tl.load(lp_level + r * s_lk, mask=r < k, other=float("-inf"))
-        count += tl.sum(((r < k) & (_score_key(score) + held < bound)).to(tl.int32), 0)
-        r0 += BLOCK
-    return tl.maximum(count, 1)
 
 
 @triton.jit
@@ -380,34 +341,13 @@ def _first_bound(
 
 
 @triton.jit
-def _sorted_bound(
-    hist, fine, fine_bucket, b, key, score, n_kept, pool_key, pool_n, lp_best, held,
-    BLOCK: tl.constexpr, PCH: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr,
-    FINE_BITS: tl.constexpr,
-):  # fmt: skip
-    """Step 4 and the next level's parents after a level appended by one sort (`_append_sorted`'s keys and scores
-    [BLOCK], its first n_kept kept, the level at pool[pool_n:]): `_kept_bound`'s (bound, fine, fine_bucket) and
-    `_live_parents`' count, the new level read from registers, not from the pool; the earlier levels' keys
-    (pool[1:pool_n]) are read only when the fine bucket moves, as `_kept_fine` reads them. Returns (bound, fine, its
-    bucket, parents)."""
-    crossing, below, bounded = _crossing(hist, b, HIST_BINS)
-    same = crossing == fine_bucket
-    fine = tl.where(same, fine, 0)
-    end = tl.where(same | (bounded == 0), 1, pool_n)  # the earlier levels, counted again when the bucket moved
-    fine = _fine_hist(fine, pool_key, pool_n * 0 + 1, end, crossing, PCH, HIST_SHIFT, FINE_BITS)
-    return _held_bound(fine, crossing, below, bounded, b, key, score, n_kept, lp_best, held, BLOCK, HIST_SHIFT,
-                       FINE_BITS)  # fmt: skip
-
-
-@triton.jit
 def _held_bound(
     fine, crossing, below, bounded, b, key, score, n, lp_best, held,
     BLOCK: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
 ):  # fmt: skip
-    """`_first_bound`'s and `_sorted_bound`'s common part, for a level held in registers (its n kept nodes' keys and
-    scores [BLOCK], in level order; fine: the earlier levels' keys of bucket `crossing`): its keys added to fine, the
-    bound split there, and `_live_parents`' count of the next level's parents. Returns (bound, fine, its bucket,
-    parents)."""
+    """`_first_bound`'s second half, for a level held in registers (its n kept nodes' keys and scores [BLOCK], in
+    level order; fine: the earlier levels' keys of bucket `crossing`): its keys added to fine, the bound split there,
+    and `_live_parents`' count of the next level's parents. Returns (bound, fine, its bucket, parents)."""
     r = tl.arange(0, BLOCK)
     fine += _fine_count(key, (r < n) & bounded, crossing, HIST_SHIFT, FINE_BITS)
     bound = _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
@@ -451,8 +391,7 @@ def _append_sorted(
     """Steps 2 and 3 in one sort, for n <= SCH survivors in (i, r) order: tl.sort of (key, pk) puts them in
     level order (pk orders like (i, r)), so its first n_kept are the n_kept smallest with equal keys in list
     order, which `_select_bucket` keeps; they are appended as `_append_level` appends (scores recomputed
-    from the pairs). Returns the histogram with their keys added, and the level's keys and scores [SCH] (the first
-    n_kept are the kept ones)."""
+    from the pairs). Returns the histogram with their keys added."""
     offs = tl.arange(0, SCH)
     m = offs < n
     key = tl.load(src_key + offs, mask=m, other=_I32_MAX)
@@ -462,7 +401,7 @@ def _append_sorted(
     score = _pair_score(pk, keep, pool_score, lp_level, s_lk)
     hist = _pool_write(pool_n + offs, key, pk, score, depth, keep, pool_key, pool_pk, pool_score, pool_depth, hist,
                        HIST_BINS, HIST_SHIFT)  # fmt: skip
-    return hist, key, score
+    return hist
 
 
 @triton.jit
@@ -572,69 +511,6 @@ def _fine_count(key, mask, crossing, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.con
     FINE_BINS: tl.constexpr = 1 << FINE_BITS
     inside = mask & ((key >> HIST_SHIFT) == crossing)
     return tl.histogram((key >> (HIST_SHIFT - FINE_BITS)) & (FINE_BINS - 1), FINE_BINS, mask=inside)
-
-
-@triton.jit
-def _ahead_bound(
-    hist, fine, fine_bucket, b, pool_key, pool_score, pool_n, n_kept, lp_next, s_ll, n_ext, held,
-    PCH: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
-    AHEAD: tl.constexpr, TOP: tl.constexpr,
-):  # fmt: skip
-    """Step 4 looking ahead (AHEAD > 0): the bound over the kept keys (hist, the level just appended included) and the
-    keys of the rank-0 descendants, 1..AHEAD depths down, of the level's first TOP nodes (the level is the pool's
-    n_kept nodes from pool_n on, in level order: its best ones first). A descendant's score adds the next depths' best
-    log-probs (lp_next: the first of the n_ext depths left below the level, rows s_ll apart) one by one in float32,
-    as the expand adds a child's, and the chain's (held, key 0) stay 0 while finite. They are real nodes, distinct
-    from each other and from every kept one (all shallower), so at least b distinct nodes lie below the bound: it is
-    as valid as `_fine_bound`'s, and on chain-like drafts, where each kept node heads a chain of near-equal scores,
-    much tighter. fine and fine_bucket as `_fine_bound` keeps them (`_kept_fine`). Returns (bound, fine,
-    fine_bucket)."""
-    offs = tl.arange(0, TOP)
-    top = offs < tl.minimum(n_kept, TOP)
-    key = tl.load(pool_key + pool_n + offs, mask=top, other=0)
-    score = tl.load(pool_score + pool_n + offs, mask=top, other=0.0)
-    rows = tl.arange(0, AHEAD)[:, None]
-    ext = score[None, :] + tl.zeros([AHEAD, 1], tl.float32)
-    for j in tl.static_range(AHEAD):
-        ext = tl.where(rows >= j, ext + tl.load(lp_next + j * s_ll, mask=j < n_ext, other=0.0), ext)
-    ext_key = tl.reshape(_node_key(ext, key[None, :] == 0, held), [AHEAD * TOP])
-    exists = tl.reshape((rows < n_ext) & top[None, :], [AHEAD * TOP])
-    count = hist + tl.histogram(ext_key >> HIST_SHIFT, HIST_BINS, mask=exists)
-    if FINE_BITS > 0:
-        crossing, below, bounded = _crossing(count, b, HIST_BINS)
-        fine, fine_bucket = _kept_fine(fine, fine_bucket, crossing, bounded, pool_key, pool_n, n_kept, PCH,
-                                       HIST_SHIFT, FINE_BITS)  # fmt: skip
-        split = fine + _fine_count(ext_key, exists, crossing, HIST_SHIFT, FINE_BITS)
-        bound = _split_bound(split, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
-    else:
-        bound = _key_bound(count, b, HIST_BINS, HIST_SHIFT)
-    return bound, fine, fine_bucket
-
-
-@triton.jit
-def _survivor_bound(
-    hist, b, pool_key, pool_n, cand_key, n_valid,
-    CHUNK: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
-):  # fmt: skip
-    """Step 4's bound (`_fine_bound`'s, or `_key_bound`'s without FINE_BITS) over the kept keys (pool[1:pool_n],
-    counted in hist) and a level's n_valid survivors (cand_key) together, before the level keeps any (PRE_BOUND):
-    at least b of those keys lie below it. A survivor at or beyond it is beaten by b nodes that are kept (the
-    pool's, and survivors below it: all of them, or the level's b best), so the level may drop it first."""
-    offs = tl.arange(0, CHUNK)
-    c0 = n_valid * 0
-    while c0 < n_valid:
-        m = c0 + offs < n_valid
-        hist += tl.histogram(tl.load(cand_key + c0 + offs, mask=m, other=0) >> HIST_SHIFT, HIST_BINS, mask=m)
-        c0 += CHUNK
-    if FINE_BITS > 0:
-        crossing, below, bounded = _crossing(hist, b, HIST_BINS)
-        fine = tl.zeros([1 << FINE_BITS], tl.int32)
-        fine = _fine_hist(fine, pool_key, n_valid * 0 + 1, pool_n, crossing, CHUNK, HIST_SHIFT, FINE_BITS)
-        fine = _fine_hist(fine, cand_key, n_valid * 0, n_valid, crossing, CHUNK, HIST_SHIFT, FINE_BITS)
-        bound = _split_bound(fine, crossing, below, bounded, b, HIST_SHIFT, FINE_BITS)
-    else:
-        bound = _key_bound(hist, b, HIST_BINS, HIST_SHIFT)
-    return bound
 
 
 @triton.jit
@@ -1108,25 +984,13 @@ def _tail_build(
 
 @triton.jit
 def _appended_bound(
-    hist, fine, fine_bucket, bound, b, pool_key, pool_score, pool_n, n_kept, lp_row, s_ll, d, max_depth, held,
+    hist, fine, fine_bucket, b, pool_key, pool_score, pool_n, n_kept, lp_row, s_ll, d, max_depth, held,
     PCH: tl.constexpr, HIST_BINS: tl.constexpr, HIST_SHIFT: tl.constexpr, FINE_BITS: tl.constexpr,
-    AHEAD: tl.constexpr, TOP: tl.constexpr,
 ):  # fmt: skip
     """Step 4 and the next level's parents after level d was appended (pool[pool_n:][:n_kept]), read from the pool:
     returns (bound, fine, its bucket, parents)."""
-    if AHEAD > 0:
-        if n_kept == b:  # a full level: the kept keys alone bound loosely; count the descendants too
-            ahead, fine, fine_bucket = _ahead_bound(
-                hist, fine, fine_bucket, b, pool_key, pool_score, pool_n, n_kept, lp_row + (d + 1) * s_ll, s_ll,
-                max_depth - d - 1, held, PCH, HIST_BINS, HIST_SHIFT, FINE_BITS, AHEAD, TOP,
-            )  # fmt: skip
-            bound = tl.minimum(bound, ahead)
-        else:
-            bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
-                                                   HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
-    else:
-        bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH,
-                                               HIST_BINS, HIST_SHIFT, FINE_BITS)  # fmt: skip
+    bound, fine, fine_bucket = _kept_bound(hist, fine, fine_bucket, b, pool_key, pool_n, n_kept, PCH, HIST_BINS,
+                                           HIST_SHIFT, FINE_BITS)  # fmt: skip
     lp_best = tl.load(lp_row + (d + 1) * s_ll, mask=d + 1 < max_depth, other=0.0)
     n_parents = _live_parents(pool_key + pool_n, pool_score + pool_n, n_kept, bound, lp_best, held, PCH)
     return bound, fine, fine_bucket, n_parents
@@ -1134,13 +998,12 @@ def _appended_bound(
 
 @triton.jit
 def _level_build(
-    lp_row, s_ll, s_lk, pairs_ptr, row_end_ptr, b, held, k_ranks, max_depth, n_max, n_slots,
+    lp_row, s_ll, s_lk, pairs_ptr, row_end_ptr, b, held, k_ranks, max_depth, n_slots,
     cand_key, cand_pk, cand_score, comp_key, comp_pk, comp_score, pool_key, pool_pk, pool_score, pool_depth, node_of,
     inv, clock_row,
     CHUNK: tl.constexpr, PCH: tl.constexpr, QCH: tl.constexpr, LOG_BINS: tl.constexpr, HIST_BINS: tl.constexpr,
     HIST_SHIFT: tl.constexpr, SORT_RANKS: tl.constexpr, FINE_BITS: tl.constexpr, SORT_SURVIVORS: tl.constexpr,
-    SCH: tl.constexpr, FCH: tl.constexpr, CUT: tl.constexpr, PRE_BOUND: tl.constexpr, AHEAD: tl.constexpr,
-    RANK_LIMIT: tl.constexpr, SORTED_BOUND: tl.constexpr, PROFILE: tl.constexpr,
+    SCH: tl.constexpr, FCH: tl.constexpr, CUT: tl.constexpr, PROFILE: tl.constexpr,
 ):  # fmt: skip
     """Steps 1-4 level by level from the root (the module docstring), then the final selection: writes node_of and
     inv for the request's nodes and returns how many there are."""
@@ -1153,9 +1016,7 @@ def _level_build(
     n_parents = (b > 0).to(tl.int32)
     start_par = zero  # pool index of the parents' level
     pool_n = zero + 1  # next free pool entry
-    TOP: tl.constexpr = 256 // AHEAD if AHEAD > 0 else 1  # AHEAD's nodes: AHEAD x TOP descendants, one block
-    cap = tl.minimum(zero + n_max, PCH)  # PRE_BOUND's cut: survivors held for one sort (comp holds n_max)
-    if (FINE_BITS > 0) & (AHEAD == 0):  # level 0, the root's children, as they are (_append_first, _first_bound)
+    if FINE_BITS > 0:  # level 0, the root's children, as they are (_append_first, _first_bound)
         n_first = tl.minimum(k_ranks, b)
         if (n_parents > 0) & (max_depth > 0) & (n_first <= PCH):
             hist, key, score = _append_first(lp_row, s_lk, n_first, held, pool_key, pool_pk, pool_score, pool_depth,
@@ -1173,18 +1034,9 @@ def _level_build(
             d += 1
     while (d < max_depth) & (n_parents > 0):
         n_cand = tl.load(row_end_ptr + n_parents - 1)
-        tile_bits = zero - 1  # the pair table
-        n_ranks = zero + _I32_MAX
-        if RANK_LIMIT & (bound < _I32_MAX):  # parent 0 scores best: the chain (all ranks 0) or the smallest key
-            best = tl.load(pool_score + start_par)
-            n_ranks = _rank_limit(lp_row + d * s_ll, s_lk, k_ranks, best, held, bound, PCH)
-            bits = _bit_length(n_ranks - 1)
-            if (n_parents << bits) < n_cand:
-                n_cand = n_parents << bits
-                tile_bits = bits
         n_valid = _expand_level(
-            lp_row, s_ll, s_lk, pairs_ptr, n_cand, tile_bits, n_ranks, d, b, held, bound, start_par, pool_score,
-            cand_key, cand_pk, cand_score, CHUNK,
+            lp_row, s_ll, s_lk, pairs_ptr, n_cand, d, b, held, bound, start_par, pool_score, cand_key, cand_pk,
+            cand_score, CHUNK,
         )  # fmt: skip
         tl.debug_barrier()
         _stamp(clock_row, 2 + 4 * d, PROFILE)
@@ -1192,34 +1044,11 @@ def _level_build(
         # A list in (i, r) order whose keys never decrease is in level order as it stands: no ranks needed
         # (always at level 0, whose candidates (0, r) follow the best-first lists; so with one parent).
         in_order = _ascending(cand_key, n_valid, CHUNK)
-        sort_once = SORT_SURVIVORS & (n_valid > b) & (n_valid <= SCH)
-        from_regs = zero  # the level's bound and next parents already taken from its sort (SORTED_BOUND)
-        n_below = cap + 1  # survivors below their own bound, once counted (PRE_BOUND): more than cap, none counted
-        if PRE_BOUND & (n_valid > b) & (sort_once == 0):
-            level_cut = _survivor_bound(hist, b, pool_key, pool_n, cand_key, n_valid, CHUNK, HIST_BINS, HIST_SHIFT,
-                                        FINE_BITS)  # fmt: skip
-            n_below = _compact_below(cand_key, cand_pk, n_valid, level_cut, comp_key, comp_pk, cap, False, CHUNK)
-            tl.debug_barrier()
-        if sort_once:
+        if SORT_SURVIVORS & (n_valid > b) & (n_valid <= SCH):
             _stamp(clock_row, 3 + 4 * d, PROFILE)
-            hist, level_key, level_score = _append_sorted(
+            hist = _append_sorted(
                 cand_key, cand_pk, n_valid, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
                 lp_row + d * s_ll, s_lk, SCH, HIST_BINS, HIST_SHIFT,
-            )  # fmt: skip
-            if SORTED_BOUND & (FINE_BITS > 0) & (AHEAD == 0):
-                _stamp(clock_row, 4 + 4 * d, PROFILE)
-                lp_best = tl.load(lp_row + (d + 1) * s_ll, mask=d + 1 < max_depth, other=0.0)
-                bound, fine, fine_bucket, n_parents = _sorted_bound(
-                    hist, fine, fine_bucket, b, level_key, level_score, n_kept, pool_key, pool_n, lp_best, held, SCH,
-                    PCH, HIST_BINS, HIST_SHIFT, FINE_BITS,
-                )  # fmt: skip
-                from_regs += 1
-        elif n_below <= cap:  # PRE_BOUND left at most a block of ranks: one sort of it keeps the level's best
-            n_kept = tl.minimum(n_below, b)
-            _stamp(clock_row, 3 + 4 * d, PROFILE)
-            hist, _, _ = _append_sorted(
-                comp_key, comp_pk, n_below, n_kept, d + 1, pool_n, pool_key, pool_pk, pool_score, pool_depth, hist,
-                lp_row + d * s_ll, s_lk, PCH, HIST_BINS, HIST_SHIFT,
             )  # fmt: skip
         elif n_valid > b:
             lower, upper, left = _select_bucket(cand_key, n_valid, b, CHUNK, LOG_BINS)
@@ -1240,12 +1069,11 @@ def _level_build(
                 pool_depth, hist, lp_row + d * s_ll, s_lk, PCH, QCH, HIST_BINS, HIST_SHIFT, SORT_RANKS,
             )  # fmt: skip
         tl.debug_barrier()
-        if from_regs == 0:
-            _stamp(clock_row, 4 + 4 * d, PROFILE)
-            bound, fine, fine_bucket, n_parents = _appended_bound(
-                hist, fine, fine_bucket, bound, b, pool_key, pool_score, pool_n, n_kept, lp_row, s_ll, d, max_depth,
-                held, PCH, HIST_BINS, HIST_SHIFT, FINE_BITS, AHEAD, TOP,
-            )  # fmt: skip
+        _stamp(clock_row, 4 + 4 * d, PROFILE)
+        bound, fine, fine_bucket, n_parents = _appended_bound(
+            hist, fine, fine_bucket, b, pool_key, pool_score, pool_n, n_kept, lp_row, s_ll, d, max_depth, held, PCH,
+            HIST_BINS, HIST_SHIFT, FINE_BITS,
+        )  # fmt: skip
         _stamp(clock_row, 5 + 4 * d, PROFILE)
         start_par = pool_n
         pool_n += n_kept
@@ -1294,7 +1122,7 @@ def _build_kernel(
     score_out,  # [B, n_max + 1] float32: path log-prob; root 0, padding -inf
     rank_out,  # [B, n_max + 1] int64: rank of the node's token at its depth; root and padding -1
     clock_ptr,  # [B, clock_slots(max_depth)] int64: phase stamps (read when PROFILE)
-    path_ptr,  # [B] int32: 1 where TAILS built the tree, else 0 (written when PATHS, read when STAGE 2)
+    path_ptr,  # [B] int32: 1 where TAILS built the tree, else 0 (written when PATHS)
     s_lb, s_ll, s_lk,  # strides of lp_ptr (elements)
     s_ib, s_il, s_ik,  # strides of ids_ptr (elements)
     max_depth,  # int: levels to build, 1 <= max_depth <= L
@@ -1317,11 +1145,6 @@ def _build_kernel(
     SCH: tl.constexpr = 16,  # survivors sorted at once when SORT_SURVIVORS (a power of two)
     FCH: tl.constexpr = 0,  # a pool of at most FCH nodes is selected and ranked by one sort (0: never)
     CUT: tl.constexpr = False,  # a larger pool: its nodes below the last bound, when at most FCH, by that sort
-    PRE_BOUND: tl.constexpr = False,  # a level not sorted at once: first drop survivors at or past _survivor_bound
-    AHEAD: tl.constexpr = 0,  # the bound also counts the best kept nodes' rank-0 descendants this many depths down
-    RANK_LIMIT: tl.constexpr = False,  # a bounded level expands only the ranks the best parent's children can pass
-    SORTED_BOUND: tl.constexpr = False,  # a level sorted at once takes its bound and parents from the sort's registers
-    # (_sorted_bound; with FINE_BITS > 0 and AHEAD = 0 only)
     TAILS: tl.constexpr = False,  # first try the build by deviations (_tail_build), the level build if it gives up
     FD: tl.constexpr = 16,  # TAILS: a power of two >= max_depth
     TB: tl.constexpr = 1024,  # TAILS: entries of a tile of heads (a multiple of 16 and of FD)
@@ -1329,7 +1152,6 @@ def _build_kernel(
     FR: tl.constexpr = 16,  # TAILS: the start bound's one-deviation nodes have ranks below FR (_deviation_keys)
     PROFILE: tl.constexpr = False,  # stamp the phases into clock_ptr (CUDA only; see clock_slots)
     PATHS: tl.constexpr = False,  # write path_ptr
-    STAGE: tl.constexpr = 0,  # 0: the whole build; SPLIT's kernels: 1 the tails build, 2 the level build of the rest
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (pdl.py)
 ):  # fmt: skip
     wait_for_inputs(PDL)
@@ -1363,10 +1185,7 @@ def _build_kernel(
 
     k_ranks = tl.load(row_end_ptr)  # parent 0's pairs: min(K, N) ranks
     n_nodes = zero - 1  # the tails' build gave up (or did not run)
-    writes = zero + 1  # this program writes the request's tree
-    if STAGE == 2:  # unless the first kernel's tails build did
-        writes = 1 - tl.load(path_ptr + pid)
-    if TAILS & (STAGE != 2):
+    if TAILS:
         if b > 0:
             n_nodes = _tail_build(
                 lp_row, s_ll, s_lk, b, held, k_ranks, max_depth, pool_size, tl.minimum(n_slots, FS), pool_key,
@@ -1375,26 +1194,22 @@ def _build_kernel(
             )  # fmt: skip
     if PATHS:
         tl.store(path_ptr + pid, (n_nodes >= 0).to(tl.int32))
-    if STAGE == 1:  # the tails build alone: the second kernel builds the rest
-        writes = (n_nodes >= 0).to(tl.int32)
-    else:
-        if (n_nodes < 0) & (writes != 0):
-            n_nodes = _level_build(
-                lp_row, s_ll, s_lk, pairs_ptr, row_end_ptr, b, held, k_ranks, max_depth, n_max, n_slots, cand_key,
-                cand_pk, cand_score, comp_key, comp_pk, comp_score, pool_key, pool_pk, pool_score, pool_depth, node_of,
-                inv, clock_row, CHUNK, PCH, QCH, LOG_BINS, HIST_BINS, HIST_SHIFT, SORT_RANKS, FINE_BITS,
-                SORT_SURVIVORS, SCH, FCH, CUT, PRE_BOUND, AHEAD, RANK_LIMIT, SORTED_BOUND, PROFILE,
-            )  # fmt: skip
-    if writes != 0:
-        tl.debug_barrier()
-        _stamp(clock_row, 3 + 4 * max_depth, PROFILE)
-        width = n_max + 1
-        _write_tree(
-            n_nodes, inv, node_of, pool_pk, pool_score, pool_depth, ids_ptr + pid * s_ib, s_il, s_ik,
-            tok_out + pid * n_max, par_out + pid * width, dep_out + pid * width, score_out + pid * width,
-            rank_out + pid * width, width, WCH,
+    if n_nodes < 0:
+        n_nodes = _level_build(
+            lp_row, s_ll, s_lk, pairs_ptr, row_end_ptr, b, held, k_ranks, max_depth, n_slots, cand_key, cand_pk,
+            cand_score, comp_key, comp_pk, comp_score, pool_key, pool_pk, pool_score, pool_depth, node_of, inv,
+            clock_row, CHUNK, PCH, QCH, LOG_BINS, HIST_BINS, HIST_SHIFT, SORT_RANKS, FINE_BITS, SORT_SURVIVORS, SCH,
+            FCH, CUT, PROFILE,
         )  # fmt: skip
-        tl.store(cnt_out + pid, n_nodes.to(tl.int64))
+    tl.debug_barrier()
+    _stamp(clock_row, 3 + 4 * max_depth, PROFILE)
+    width = n_max + 1
+    _write_tree(
+        n_nodes, inv, node_of, pool_pk, pool_score, pool_depth, ids_ptr + pid * s_ib, s_il, s_ik,
+        tok_out + pid * n_max, par_out + pid * width, dep_out + pid * width, score_out + pid * width,
+        rank_out + pid * width, width, WCH,
+    )  # fmt: skip
+    tl.store(cnt_out + pid, n_nodes.to(tl.int64))
     _stamp(clock_row, 4 + 4 * max_depth, PROFILE)
     _stamp(clock_row, 5 + 4 * max_depth, PROFILE, True)
     let_next_start(PDL)
@@ -1445,9 +1260,6 @@ def build_tree_from_topk(
     pool_size = 1 + max_depth * n
     per_request = isinstance(budget, torch.Tensor)
     config = _launch_config(n, pairs.numel(), per_request, launch, max_depth)
-    split = config.pop("SPLIT") and config["TAILS"]
-    if split and clock is not None:
-        raise ValueError("clock stamps a build of one kernel: launch SPLIT=0 to profile it")
     slots = max(pairs.numel(), config["FS"] if config["TAILS"] else 0)  # the candidate lists (P, or the final sort's)
     ws_int = torch.empty((batch, 2 * slots + 2 * n + 4 * pool_size), dtype=torch.int32, device=device)
     ws_flt = torch.empty((batch, slots + n + pool_size), dtype=torch.float32, device=device)
@@ -1461,17 +1273,14 @@ def build_tree_from_topk(
         check_clock(clock, batch, clock_slots(max_depth))
     if paths is not None and (paths.shape != (batch,) or paths.dtype != torch.int32 or paths.device != device):
         raise ValueError(f"paths must be an int32 tensor [{batch}] on {device}")
-    if split and paths is None:
-        paths = torch.empty(batch, dtype=torch.int32, device=device)  # the first kernel's hand-over to the second
-    for stage in (1, 2) if split else (0,):
-        _build_kernel[(batch,)](
-            log_probs, token_ids, budgets, 0 if per_request else int(budget), holds, pairs, row_end, ws_int, ws_flt,
-            tree.token_ids, tree.parents, tree.depths, tree.num_nodes, tree.scores, tree.ranks,
-            tree.num_nodes if clock is None else clock, tree.num_nodes if paths is None else paths,
-            *log_probs.stride(), *token_ids.stride(), max_depth, n, slots, pool_size,
-            HOLD=2 if per_request_hold else int(hold_chain), PROFILE=clock is not None,
-            PATHS=paths is not None and stage != 2, STAGE=stage, **config, **pdl_options(device),
-        )  # fmt: skip
+    _build_kernel[(batch,)](
+        log_probs, token_ids, budgets, 0 if per_request else int(budget), holds, pairs, row_end, ws_int, ws_flt,
+        tree.token_ids, tree.parents, tree.depths, tree.num_nodes, tree.scores, tree.ranks,
+        tree.num_nodes if clock is None else clock, tree.num_nodes if paths is None else paths,
+        *log_probs.stride(), *token_ids.stride(), max_depth, n, slots, pool_size,
+        HOLD=2 if per_request_hold else int(hold_chain), PROFILE=clock is not None, PATHS=paths is not None,
+        **config, **pdl_options(device),
+    )  # fmt: skip
     return tree
 
 
@@ -1503,15 +1312,10 @@ LAUNCH_KEYS = (
     "SORT_SURVIVORS",
     "FCH",
     "CUT",
-    "PRE_BOUND",
-    "AHEAD",
-    "RANK_LIMIT",
-    "SORTED_BOUND",
     "TAILS",
     "TB",
     "FS",
     "FR",
-    "SPLIT",
 )  # the overrides `build_tree_from_topk(launch=)` takes
 
 
@@ -1534,11 +1338,6 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     results/kernels/h200-2026-11-30h (batch 1, budget 256: 24.6 against 25.5 us, and 24.7 against 25.7 in
     another call, with CUT); CUT on there (25.5 against 26.8 us with FINE_BITS 8 in one call; with 6, 24.7 in
     call 2 against 25.7 with CUT=0 in call 4).
-    AHEAD stays off: in results/kernels/h200-2026-11-30j (call 4, builds stamped per phase) AHEAD=4 took chain-like
-    drafts (randn x 12) from 75.8 to 71.2 us at batch 1, budget 256 (level 1's radix selection 10.1 -> 6.3 us, each
-    full level's bound 1.1-1.6 -> 1.9-2.4 us) and from 41.1 to 35.7 at batch 64, budget 64, but the
-    benchmark's default drafts from 20.0 to 21.0 at batch 1, budget 256 (10.5 at batch 64, budget 64 either way);
-    in rounds (call 5) 49.6 us on the default drafts at batch 1, budget 256, against 47.6-47.9 without.
     TAILS is on up to budget 256: in rounds at vocab 152,064 (results/kernels/h200-2026-12-01d call 2, batches 1 and
     64; h200-2026-12-01e call 4, batches 8 and 32) it takes the chain-like drafts (randn x 12) from 105.5 to 83.9 us
     at batch 1, budget 256, 158.0 to 116.1 at 8 x 256, 265.1 to 230.8 at 32 x 256 and 209.4 to 194.9 at 64 x 64, and
@@ -1546,8 +1345,7 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     Above 256 it is untimed (its compile for budget 1024 took 3 min 48 s on a CPU), so off. TB (its tiles of heads,
     at least 16 and FD), FS (its final sort; the candidate lists grow to FS) and FR (its start bound's ranks; 16, the
     only value timed: the chain and the start bound took 7.8 us of the 53.5 at batch 1, budget 256 on chain-like
-    drafts in results/kernels/h200-2026-12-01c, call 2) shape it. SPLIT (TAILS as two kernels, the module
-    docstring) stays off until timed at larger batches.
+    drafts in results/kernels/h200-2026-12-01c, call 2) shape it.
     """
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
@@ -1570,16 +1368,11 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "SCH": min(1024, 2 * pch),
         "FCH": min(512, 4 * pch),
         "CUT": True,
-        "PRE_BOUND": False,  # not timed yet: build_tune --launch PRE_BOUND=1
-        "AHEAD": 0,  # off: results/kernels/h200-2026-11-30j (chain-like drafts faster, the default ones slower)
-        "RANK_LIMIT": False,
-        "SORTED_BOUND": False,  # not timed yet
         "TAILS": n <= 256,  # on up to the largest budget timed (results/kernels/h200-2026-12-01d)
         "FD": triton.next_power_of_2(max_depth),
         "TB": 1024,
         "FS": min(1024, 2 * pch),
         "FR": 16,
-        "SPLIT": False,
     } | launch
     config["TB"] = max(config["TB"], config["FD"], 16)  # a tile holds a row of 16 ranks, or of FD depths
     config["TAILS"] = config["TAILS"] and max_depth <= 64  # deeper: thin tiles of heads
@@ -1592,15 +1385,12 @@ def _checked(launch: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown launch keys {sorted(unknown)}; known: {', '.join(LAUNCH_KEYS)}")
     limits = {"HIST_BINS": 65536, "QCH": 16384, "CHUNK": 16384, "TB": 16384, "FS": 4096, "FR": 16}
-    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "PRE_BOUND", "RANK_LIMIT", "SORTED_BOUND", "TAILS", "SPLIT"):
+    for key in ("SORT_RANKS", "SORT_SURVIVORS", "CUT", "TAILS"):
         if not isinstance(launch.get(key, False), bool):
             raise ValueError(f"{key} must be a bool, got {launch[key]!r}")
     fine_bits = launch.get("FINE_BITS", 0)
     if isinstance(fine_bits, bool) or not isinstance(fine_bits, int) or not 0 <= fine_bits <= 8:
         raise ValueError(f"FINE_BITS must be an int in [0, 8], got {fine_bits!r}")
-    ahead = launch.get("AHEAD", 0)
-    if isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0 or ahead & (ahead - 1) or ahead > 64:
-        raise ValueError(f"AHEAD must be 0 or a power of two up to 64, got {ahead!r}")
     fch = launch.get("FCH", 0)
     if isinstance(fch, bool) or not isinstance(fch, int) or fch < 0 or fch & (fch - 1) or fch > 4096:
         raise ValueError(f"FCH must be 0 or a power of two up to 4096, got {fch!r}")
