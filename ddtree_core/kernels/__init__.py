@@ -6,7 +6,9 @@
   `tree.draft_topk(impl="triton")` dispatches to; `topk_lists.py` holds its order keys, entries and K-list
   selection and ranking.
 - `tree_build.build_tree_from_topk`: the draft trees of a batch from their top-K lists
-  (twin of `tree.build_tree_from_topk(impl="reference")`, equal field by field).
+  (twin of `tree.build_tree_from_topk(impl="reference")`, equal field by field); its two builds are
+  `tree_tails.py` (by deviations from the chain) and `tree_levels.py` (by levels), their shared keys, selections
+  and bounds `tree_bound.py`.
 - `tree_walk.follow_tree`: the verification walk (twin of `verify.follow_tree`).
 - `tree_walk.ancestor_mask`: the dense ancestor mask and the verify positions of every node
   (twin of `mask.ancestor_mask` and `encoding.positions`).
