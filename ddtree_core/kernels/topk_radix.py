@@ -15,11 +15,7 @@ per chunk, the (max, exp-sum) pair of the logsumexp. It keeps no other state (no
 values): a straight read of the logits. After its tiles it reads its group keys back once and writes, for
 every super-group of S consecutive groups, the largest of them. Its loads of the logits are marked
 evict_first: at 64 requests the stream (311 MB) is six times the L2 and, unmarked, pushed out what the kernels
-after it read (the build's code and scratch). On an H200 (results/kernels/h200-2026-12-01d, 64 requests, budget
-64, chain-like drafts; call 1) the mark took the top-K then the build by deviations from 212.2 to 190.0 us (the
-build's share from 66.1 to 48.5; 42.7 alone); rounds (call 2, against h200-2026-12-01c) from 216.5 to 194.9 us
-(217.8 to 209.4 with the level build, 173.1 to 165.0 on the default drafts); batch 1 (4.9 MB of logits) stays
-where it was (48.0 and 48.1 us at budget 256).
+after it read (the build's code and scratch).
 Kernel 2, one program per row:
   - selects the K best groups by (group max desc, group index asc) and writes their indices in group
     order over the front of the keys, finding tau, the smallest chosen group max: with more than K
@@ -39,23 +35,9 @@ below the K-th); else, or when a tile had more candidates than its slots or the 
 the groups' way above. With EMIT about K / tiles + 5 sqrt(K / tiles) (`_emit_need`) the union settles nearly
 every row of iid logits, and the row's selection is one radix selection over about (EMIT + 1) x tiles
 candidates instead of two over group keys, a read-back, and one over the tokens read back.
-(Tried on an H200 and dropped, results/kernels/h200-2026-11-30c: both kernels in one launch, a row's last
-scan program selecting behind a per-row atomic count, 9-73 % slower at vocab 152,064; the winners ranked
-by all-pairs compares up to K = 256, as fast or slower than tl.sort above K = 64.)
 G near sqrt(V / K) balances two costs of kernel 2: V / G group keys to select from, K * G tokens to
 read back (G = 64 for V = 152064 and K = 64); S near sqrt(V / G / K) balances the next two: V / G / S
-super-group keys, K * S group keys (S = 8 there). On an H200 the super-groups took the selection kernel
-at 1,024 rows of 152,064, K = 64, from 77 to 50 us (results/kernels/h200-2026-11-30e).
-(Tried and dropped there: reducing the super-group keys inside the scan's tile loop, from the group
-maxima or from the tile loaded as [super-groups, S, G], which cost the scan more than the read-back.
-And in results/kernels/h200-2026-11-30f: reading back every group that reaches the K best super-groups'
-floor, one streaming pass instead of the second selection, 31.5 against 29.6 us at 16 rows, K = 256, and
-151.6 against 146.5 at 1,024 rows, K = 64; ranking the final list by one sort of all of it, 29.3 / 148.2.
-And in results/kernels/h200-2026-11-30g: the tiles' candidates found inside kernel 1 (a whole-tile compaction,
-the floor by radix passes or by a [groups, groups] count), 56.5 and 30.5 us for the call against 29.9 at 16
-rows, K = 256: dozens of barriers a tile, and registers that left fewer programs resident. And in
-results/kernels/h200-2026-11-30h: the union's candidates gathered from 64 or all 128 tiles' slots a step
-instead of 32 (`union_tiles`), 23.5 and 23.4 us against 22.7.)
+super-group keys, K * S group keys (S = 8 there).
 
 The K best super-groups hold the K best groups for the reason the K best groups hold the K best tokens
 (below, one level up: a super-group's key is its best group's, and super-groups, like groups, are

@@ -3,7 +3,7 @@
 A node's key is the int32 bits(-score), which orders like -score for scores <= 0 (`_score_key`, `_node_key`).
 Holding the chain (tree.py), a request's keys are 0 on the pairs (0, 0) of finite score, the chain, and
 bits(-score) + 1 elsewhere, as in batched.py; keys stay below INT32_MAX and a child's key is still
-never smaller than its parent's, so steps 1-4 are unchanged.
+never smaller than its parent's, so both builds take them unchanged.
 Both builds keep nodes in one pool per request (`_pool_store`: key, pk = parent entry << 16 | rank, score, depth)
 and cut candidates with the same bound: a histogram of every kept key by its top bits gives the bucket where the
 kept count reaches b (`_crossing`), split FINE_BITS further by the keys' next bits (`_fine_bound`, `_kept_bound`);

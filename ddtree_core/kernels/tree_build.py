@@ -276,29 +276,14 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
     """Block sizes (powers of two) and warps for a width-N build, with `launch`'s overrides.
 
     Any HIST_BINS (a power of two, 2..65536) gives the same trees: a coarser kept-key histogram only
-    loosens the bound of step 4, so more candidates survive to the exact selection. The default, 256
-    buckets up to N = 256 and 2048 above, is the fastest of 256 / 2048 / 16384 in every H200 cell of
-    results/kernels/h200-2026-11-30/build (at N = 256, batch 1: 36 against 61 us; at N = 1024: 259 against 676).
-    6-bit radix digits were at least as fast as 8 in all 8 cells of results/kernels/h200-2026-11-30b/build
-    (0.3-11 % faster; 186 against 210 us at batch 1, budget 256 on chain-like drafts).
-    Levels and final nodes are ordered by tl.sort (SORT_RANKS) up to N = 1024, by counted ranks above: the
-    sort was as fast at budget 16 and faster at 64..1024 in all 16 cells of results/kernels/h200-2026-11-30c
-    (batch 1, budget 256: 22.9 against 29.5 us; budget 1024: 124 against 202; chain-like: 132 against 175).
-    FINE_BITS 8, SORT_SURVIVORS and FCH = min(512, 4 * PCH), against none of them, on the kernel benchmark's
-    drafts (results/kernels/h200-2026-11-30f): 26.9 against 33.3 us at batch 1, budget 256 (FCH 0 / 256 /
-    1,024 there: 26.8 / 26.7 / 28.9; FINE_BITS 4 / 6: 27.8 / 25.8); 22.1 against 34.0 at batch 64, budget 64
-    (FCH 0 / 128: 24.8 / 24.2; FINE_BITS 6, in another run: 19.9 against 21.7). FINE_BITS 6 since
-    results/kernels/h200-2026-11-30h (batch 1, budget 256: 24.6 against 25.5 us, and 24.7 against 25.7 in
-    another call, with CUT); CUT on there (25.5 against 26.8 us with FINE_BITS 8 in one call; with 6, 24.7 in
-    call 2 against 25.7 with CUT=0 in call 4).
-    TAILS is on up to budget 256: in rounds at vocab 152,064 (results/kernels/h200-2026-12-01d call 2, batches 1 and
-    64; h200-2026-12-01e call 4, batches 8 and 32) it takes the chain-like drafts (randn x 12) from 105.5 to 83.9 us
-    at batch 1, budget 256, 158.0 to 116.1 at 8 x 256, 265.1 to 230.8 at 32 x 256 and 209.4 to 194.9 at 64 x 64, and
-    costs the default drafts 0.2-7.7 us (48.1 against 50.2 at batch 1, budget 256; 275.9 against 283.6 at 64 x 256).
-    Above 256 it is untimed (its compile for budget 1024 took 3 min 48 s on a CPU), so off. TB (its tiles of heads,
-    at least 16 and FD), FS (its final sort; the candidate lists grow to FS) and FR (its start bound's ranks; 16, the
-    only value timed: the chain and the start bound took 7.8 us of the 53.5 at batch 1, budget 256 on chain-like
-    drafts in results/kernels/h200-2026-12-01c, call 2) shape it.
+    loosens the bound, so more candidates survive to the exact selection; the default is 256 buckets up to
+    N = 256, 2048 above. Radix digits are LOG_BINS = 6 bits. Levels and final nodes are ordered by tl.sort
+    (SORT_RANKS) up to N = 1024, by counted ranks above. The level build (tree_levels.py) splits the bound's
+    bucket FINE_BITS = 6 bits further, sorts a level's survivors once when at most SCH (SORT_SURVIVORS) and the
+    final pool, or its part below the last bound (CUT), when at most FCH = min(512, 4 * PCH). The build by
+    deviations (TAILS, tree_tails.py) is tried first up to budget 256 and depth 64; TB (its tiles of heads, at
+    least 16 and FD), FS (its final sort; the candidate lists grow to FS) and FR (its start bound's ranks) shape it.
+    The measurements behind each default (on an H200) are in HISTORY.md beside the kernels' results.
     """
     launch = _checked(launch) if launch else {}
     hist_bins = launch.pop("HIST_BINS", 256 if n <= 256 else 2048)
@@ -321,7 +306,7 @@ def _launch_config(n: int, n_pairs: int, per_request: bool, launch: dict | None 
         "SCH": min(1024, 2 * pch),
         "FCH": min(512, 4 * pch),
         "CUT": True,
-        "TAILS": n <= 256,  # on up to the largest budget timed (results/kernels/h200-2026-12-01d)
+        "TAILS": n <= 256,  # on up to the largest budget timed
         "FD": triton.next_power_of_2(max_depth),
         "TB": 1024,
         "FS": min(1024, 2 * pch),

@@ -2,8 +2,8 @@
 
 The level build runs the level-synchronous selection of batched.py (its docstring proves it equal to the
 best-first heap, ties included), with two changes that suit one streaming multiprocessor: it selects
-from long lists without sorting (one program's tl.sort or tl.topk of 2048 keys took 13-33 us on an H200)
-and sorts only short ones (the kept nodes, at most 1,024; a level's survivors or the final pool when they
+from long lists without sorting (histogram passes, where one program's tl.sort or tl.topk of thousands of keys
+is slow) and sorts only short ones (the kept nodes, at most 1,024; a level's survivors or the final pool when they
 fit a small block), and it skips work that cannot matter. For the level below the kept
 nodes of depth d, with b the request's budget:
 
@@ -33,29 +33,13 @@ Level 0, the root's children, takes none of these passes (with FINE_BITS on and 
 pairs (0, r) are the first min(K, b) ranks of depth 1, none cut (no bound yet) and already in level order, so they go
 straight from the lists to the pool (`_append_first`: one load of the log-probs instead of the expand's stores, the
 order check's and the append's loads), and step 4 and the next level's parents come from the keys and scores it holds
-in registers (`_first_bound`), not from two passes over the pool. On an H200 (results/kernels/h200-2026-12-01h,
-call 1) it took the build kernel from 23.4 to 22.1 us and the round from 50.6 to 49.3 us at batch 1, budget 256
-(default drafts); compiled for sm_90a at budget 256 the kernel takes 255 registers against 203, without spills
-(ptxas resource usage, h200-2026-12-01d; one program of 8 warps per SM either way).
+in registers (`_first_bound`), not from two passes over the pool.
 After the last level (or the first that keeps nothing) the b smallest pool keys, ties in pool order,
 are selected and ranked the same way: rank + 1 is the node index in pop order; a pool of at most FCH
 (min(512, 4 * PCH) by default; 0: never) is sorted once instead (`_rank_sorted`). A larger pool (CUT, on by
 default) is first cut to its keys below the last level's bound (`_compact_below`), which hold the b smallest
 (at least b kept keys lie below it); when at most FCH remain (with FINE_BITS' bound, about b), they are
-sorted once the same way. On an H200 (results/kernels/h200-2026-11-30h, batch 1, budget 256, a pool above
-FCH = 512) the cut took the final selection from 7.3 us (radix passes over the pool, then a sort of 256) to 4.9
-(one compaction, a sort of 512), the build from 26.8 to 25.5 us. (Tried there and dropped: cutting exactly b,
-the b-th key's fine bucket ranked by a [64, 64] compare so that a sort of 256 would do, 6.2 us; an expand
-that counted its pairs and checked the order of its survivors in registers (a running-maximum scan) instead
-of two loads and a pass, 0.5-1.1 us slower a level.)
-On an H200 (results/kernels/h200-2026-11-30i) the parents cut to those whose best child can survive
-(`_live_parents`) took the build from 24.3 to 20.9 us at batch 1, budget 256 (its fourth level, which had kept
-nothing, is no longer expanded; level 1's expand 2.3 -> 1.2 us), from 29.3 to 26.2 at batch 8, budget 256.
-On an H200 (results/kernels/h200-2026-11-30f) the three sorts and the finer bound took the build of the
-kernel benchmark's drafts from 33.3 to 26.9 us at batch 1, budget 256, and from 34.0 to 22.1 at batch 64,
-budget 64: level 1's radix selection (8.9 and 4.1 us a program) gives way to one sort of its survivors,
-the final selection of 64 nodes from 6.7 to 1.7 us, for a bound that costs 1.1-1.7 us a level instead of
-0.5.
+sorted once the same way. Keys are tree_bound.py's (held chain included); steps 1-4 take them as they are.
 
 Worked example (tree.py's: K = 2, budget 4, log-probs a -0.1 b -2.5 | c -0.2 d -1.9):
 

@@ -147,11 +147,8 @@ def _launch(tree: TreeShape, root_positions: torch.Tensor | None, launch: dict |
 
 def _default_launch(batch: int, width: int) -> dict:
     """ROWS: the largest power of two up to batch * W / 512 (1 to 32), so that a launch has 512 to 1,024 programs
-    where it can; 1 warp for one row, 2 up to 8, else 4; COLS: 256 (at most W's next power of two). On an H200
-    (results/kernels/h200-2026-11-30h/call2/mask.csv) this was the fastest launch or within 0.1 us of it in each of 5
-    cells: 2.25 against 3.88 us (32 rows, 4 warps, the former launch) at 1 request, budget 256; 1.67 / 2.31 at 1,
-    64; 3.16 / 4.08 at 8, 256; 1.91 / 2.51 at 8, 64; 2.70 / 3.04 at 64, 64. One program per row lets 257
-    programs share the climbs up the root paths that one program of 32 rows made in turn."""
+    where it can; 1 warp for one row, 2 up to 8, else 4; COLS: 256 (at most W's next power of two). One program
+    per row lets W programs share the climbs up the root paths that one program of 32 rows makes in turn."""
     rows = min(32, 1 << max(0, (batch * width // 512).bit_length() - 1))
     warps = 1 if rows == 1 else 2 if rows <= 8 else 4
     return {"ROWS": rows, "COLS": min(256, max(16, triton.next_power_of_2(width))), "num_warps": warps}

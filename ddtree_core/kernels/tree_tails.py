@@ -2,40 +2,25 @@
 
 The build by deviations (TAILS, a launch key, on by default up to budget 256; `_tail_build`). A deep tree is mostly
 chains of rank-0 steps: every node is a head (the root, or a child of rank >= 1) followed by t >= 0 steps of rank 0,
-and in CPU draws like the kernel benchmark's drafts (randn x 4 and x 12; one request at budget 256, four at 64;
-results/kernels/h200-2026-12-01b) no tree node has more than two heads below the root, while the
-level build takes one level per depth (11 at batch 1, budget 256 on the chain-like drafts). So TAILS takes levels of
-deviations: level 0 is the chain; level k + 1 is every child of rank >= 1 of a level-k node below the bound (a
-prefix of each parent's ranks, `_tail_heads`), each with its chain of rank 0 down to where the key reaches the
-bound (`_tail_chains`; keys never decrease down a path). A level of more parents than the heads' tile holds (TB / 16)
-first lists those whose rank-1 child lies below the bound, and steps over them only. Every node of key below the
-bound is found once (its ancestors have smaller or equal keys, so they were found, and were parents, before it).
-The bound starts at the tighter of two (each below b distinct real nodes): the depth-1 node of rank b - 1's key + 1,
-and step 4's bound over the chain and its one-deviation nodes of rank < FR (16 by default) with their chains
-(`_deviation_keys`: FD x FR x FD keys, 4,096 for FD = 16; any FR gives a valid bound, a smaller one a looser one);
-after each level it is step 4's over every node found. The final nodes are then the b first of all nodes below the
-bound in pop order, (key, depth, position in the level), a position being the level's order by (key, parent's
-position, rank): one sort by (key, depth, entry) when no two of the first b + 1 share key and depth, else passes
-that order each (key, depth) group by (the parent's place in the last order, rank) until the order stands still
-(`_pop_order`; bf16 drafts tie often). A group of rank-0 nodes whose parents share one group is in its parents'
-order, so its members are placed by their anchors (the first ancestor up such groups) and a pass fixes them as soon
-as their anchors are fixed; groups of at most GS members are ordered by counts, larger ones by a sort. Scores are
-the level build's float32 sums, one depth at a time. The level build takes over when the drafts are wide (the
-chain's deepest node scores below the depth-1 node of rank b - 1) or when the nodes below the bound outgrow the pool
-or the final sort. On an H200 (results/kernels/h200-2026-12-01c, call 1) TAILS built the chain-like drafts (randn x
-12) in 53.2 us against 76.3 at batch 1, budget 256, and in 34.3 against 41.2 at batch 64, budget 64; the default
-drafts (x 4) went to the level build, 21.5 against 20.2 and 10.4 against 10.6. (Before the listed parents, the
-anchors and the counted passes, h200-2026-12-01b: 70.1 and 36.2 us.) It is on by default since
-results/kernels/h200-2026-12-01d (call 2, rounds): with the top-K's scan no longer pushing the build out of the L2
-(topk_radix.py), TAILS' rounds at batch 64, budget 64 cost what the level build's do on the default drafts (165.2
-against 165.0 us), and on chain-like ones, a confident drafter's (DFlash's acceptance length is 6-8 on blocks of
-16), it takes the round from 209.4 to 194.9 us there and from 105.5 to 83.9 at batch 1, budget 256; its price is
-about 2 us at batch 1 on the default drafts (48.1 against 50.2 at budget 256): 1 us in level 0's stamps, which
-hold the wide-drafts test (h200-2026-12-01c call 1), though not in its loads' latency (h200-2026-12-01d call 3), and
-no spills (ptxas resource usage); about 1 us of it is the level build compiled inside the larger kernel (a called
-`_tail_build`, h200-2026-12-01e call 1: 49.3 against 50.3 us, dropped since the call cost TAILS 6-12 us at batch 64).
-At batches 8 and 32 (h200-2026-12-01e call 4) TAILS costs the default drafts 0.5-3.6 us and saves chain-like ones
-15-42. Above budget 256 it is untimed, so off.
+and on chain-like drafts a node has few heads above it (a few levels of deviations), while the level build takes one
+level per depth. So TAILS takes levels of deviations: level 0 is the chain; level k + 1 is every child of rank >= 1
+of a level-k node below the bound (a prefix of each parent's ranks, `_tail_heads`), each with its chain of rank 0
+down to where the key reaches the bound (`_tail_chains`; keys never decrease down a path). A level of more parents
+than the heads' tile holds (TB / 16) first lists those whose rank-1 child lies below the bound, and steps over them
+only. Every node of key below the bound is found once (its ancestors have smaller or equal keys, so they were found,
+and were parents, before it). The bound starts at the tighter of two (each below b distinct real nodes): the depth-1
+node of rank b - 1's key + 1, and the kept-key bound (tree_bound.py; the level build's step 4) over the chain and
+its one-deviation nodes of rank < FR (16 by default) with their chains (`_deviation_keys`: FD x FR x FD keys, 4,096
+for FD = 16; any FR gives a valid bound, a smaller one a looser one); after each level it is that bound over every
+node found. The final nodes are then the b first of all nodes below the bound in pop order, (key, depth, position in
+the level), a position being the level's order by (key, parent's position, rank): one sort by (key, depth, entry)
+when no two of the first b + 1 share key and depth, else passes that order each (key, depth) group by (the parent's
+place in the last order, rank) until the order stands still (`_pop_order`; bf16 drafts tie often). A group of rank-0
+nodes whose parents share one group is in its parents' order, so its members are placed by their anchors (the first
+ancestor up such groups) and a pass fixes them as soon as their anchors are fixed; groups of at most GS members are
+ordered by counts, larger ones by a sort. Scores are the level build's float32 sums, one depth at a time. The level
+build takes over when the drafts are wide (the chain's deepest node scores below the depth-1 node of rank b - 1) or
+when the nodes below the bound outgrow the pool or the final sort. Above budget 256 TAILS is off by default.
 
 Worked example (tree.py's: K = 2, budget 4, log-probs a -0.1 b -2.5 | c -0.2 d -1.9; keys order like -score):
 
