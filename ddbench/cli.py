@@ -63,7 +63,7 @@ def sweep(
         Csv, typer.Option(help="Methods, comma list of ar, dflash, ddtree; ar and dflash always run (default: all).")
     ] = None,
     budgets: Annotated[
-        Csv, typer.Option(help="DDTree node budgets, comma list (default: 16,32,64,128; reference engine 16,32,64).")
+        Csv, typer.Option(help="DDTree node budgets, comma list (default: 16,32,64,128; on a CPU 4,8,16).")
     ] = None,
     depths: Annotated[
         Csv, typer.Option(help="DDTree depth limits, comma list; 'auto' = block size - 1 (default: auto).")
@@ -240,7 +240,7 @@ def _print_plan(plan, config) -> None:
 
 # What a sweep on the reference engine measures unless told otherwise (the SGLang defaults are the
 # published harness's: 128 prompts, 2048 tokens).
-CPU_DEFAULTS = {"datasets": "gsm8k", "num_prompts": 6, "max_new_tokens": 64, "budgets": "16,32,64", "workers": 1}
+CPU_DEFAULTS = {"datasets": "gsm8k", "num_prompts": 6, "max_new_tokens": 64, "budgets": "4,8,16", "workers": 1}
 
 
 def _machine_defaults(values: dict, fleet: Fleet | None = None) -> dict:

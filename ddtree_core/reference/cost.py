@@ -1,7 +1,8 @@
 """The reference engine's verify cost: target forward ms against tokens verified, measured where it runs.
 
 `measure_verify_cost(target, widths)` fills a KV cache with `context` tokens, then times a forward of W new
-tokens over it for every W (the verify of a W-token tree; W = 1 is an AR step), the median of `repeats`
+tokens over it for every W (the verify of a W-token tree, with an additive mask as the tree's; W = 1 is an AR
+step), the median of `repeats`
 after a warm-up pass, the widths interleaved, cutting the cache back after each. The result prices `budget=auto`
 (`ddtree_core.policy.AutoBudget`). On a CPU the forward is compute-bound early: on two cores the testbed
 target in float32 took about 53 ms for 1 token and 85 ms for 16, so small trees win there; on a GPU the
@@ -32,7 +33,7 @@ def measure_verify_cost(
     if not widths or min(widths) < 1 or context < 1 or repeats < 1:
         raise ValueError(f"need widths >= 1, context >= 1 and repeats >= 1, got {widths}, {context}, {repeats}")
     device = target.get_input_embeddings().weight.device
-    vocab = target.get_input_embeddings().weight.shape[0]
+    vocab, dtype = target.get_input_embeddings().weight.shape[0], target.get_input_embeddings().weight.dtype
     generator = torch.Generator().manual_seed(0)
     cache_kwarg = "cache" if "cache" in inspect.signature(target.forward).parameters else "past_key_values"
     cache = DynamicCache()
@@ -43,10 +44,15 @@ def measure_verify_cost(
     def forward_ms(width: int) -> float:
         new = torch.randint(vocab, (1, width), generator=generator).to(device)
         positions = torch.arange(context, context + width, device=device)[None]
+        mask = None
+        if width > 1:  # a tree's verify passes an additive mask (decode._compile); a causal one costs the same
+            visible = torch.ones(width, context + width, dtype=torch.bool, device=device).tril(context)
+            mask = torch.zeros(1, 1, width, context + width, dtype=dtype, device=device)
+            mask[0, 0].masked_fill_(~visible, torch.finfo(dtype).min)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        target(input_ids=new, position_ids=positions, use_cache=True, **{cache_kwarg: cache})
+        target(input_ids=new, position_ids=positions, attention_mask=mask, use_cache=True, **{cache_kwarg: cache})
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         for layer in cache.layers:  # back to the context (as decode's _keep_path trims)
