@@ -399,3 +399,14 @@ def test_cuda_greedy_equals_ar(spec):
     assert generation.stage_times.verify > 0 and generation.decode_time > 0
     half = run(target.bfloat16(), drafter.bfloat16(), spec)
     assert half.num_tokens == NEW_TOKENS and all(0 <= t < VOCAB for t in half.tokens)
+
+
+def test_measure_verify_cost_times_every_width(models):
+    """One positive median per asked width, sorted; bad widths refused."""
+    from ddtree_core.reference.cost import measure_verify_cost
+
+    target = models[0]
+    cost = measure_verify_cost(target, (5, 1, 2), context=4, repeats=2)
+    assert cost.tokens == (1, 2, 5) and all(ms > 0 for ms in cost.ms)
+    with pytest.raises(ValueError, match="need widths >= 1"):
+        measure_verify_cost(target, (0,))

@@ -2,14 +2,12 @@
 
 `measure_verify_cost(target, widths)` fills a KV cache with `context` tokens, then times a forward of W new
 tokens over it for every W (the verify of a W-token tree, with an additive mask as the tree's; W = 1 is an AR
-step), the median of `repeats`
-after a warm-up pass, the widths interleaved, cutting the cache back after each. The result prices `budget=auto`
-(`ddtree_core.policy.AutoBudget`). On a CPU the forward is compute-bound early: on two cores the testbed
-target in float32 took about 53 ms for 1 token and 85 ms for 16, so small trees win there; on a GPU the
-curve stays flat far longer.
+step), the median of `repeats` after a warm-up pass, the widths interleaved, cutting the cache back after
+each. The result prices `budget=auto` (`ddtree_core.policy.AutoBudget`): where the forward turns compute-bound
+after a few tokens (a float32 target on a few CPU cores) small trees win; where it stays flat (a GPU) large ones.
 
-Example: `measure_verify_cost(target, (1, 2, 4, 8))` -> CostTable(tokens=(1, 2, 4, 8), ms=(53.1, 55.0, 60.2, 70.8))
-(numbers of that CPU; they are measured, never assumed).
+Example: `measure_verify_cost(target, (1, 2, 5, 9))` -> CostTable(tokens=(1, 2, 5, 9), ms=(...)): one median
+per width, in the order of `tokens`, ready for `AutoBudget(cost, budgets=(1, 4, 8))`.
 """
 
 from __future__ import annotations
