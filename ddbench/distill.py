@@ -95,9 +95,7 @@ def answer_all(
         for temperature, part in by_temperature.items():
             ids = [prompts[row["prompt"]] for _, row, _ in part]
             params = {"temperature": temperature, "max_new_tokens": max_new_tokens}
-            outputs = (
-                generate_many(http, url, ids, params) if batch > 1 else [generate_one(http, url, ids[0], params)]
-            )
+            outputs = generate_many(http, url, ids, params) if batch > 1 else [generate_one(http, url, ids[0], params)]
             for (key, row, _), prompt, output in zip(part, ids, outputs):
                 answers.append(
                     {
@@ -175,6 +173,7 @@ def main(argv: list[str] | None = None) -> None:
         temperatures=temperatures,
         max_new_tokens=args.max_new_tokens,
         concurrency=args.concurrency,
+        batch=args.batch,
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
 

@@ -56,7 +56,7 @@ class TrainConfig:
     blocks_per_seq: int = 8
     lr: float = 6e-4
     warmup: int = 100
-    max_seconds: float = 0.0  # > 0: fewer steps where `steps` would take longer (rate measured over 20 steps)
+    max_seconds: float = 0.0  # > 0: train this long (at most `steps`), the cosine over the wall time
     loss_decay: float = 7.0
     seed: int = 0
     device: str = "cuda"
@@ -215,39 +215,57 @@ def train(cfg: TrainConfig) -> Path:
 
 
 def fit(drafter, target, sequences, cfg: TrainConfig, pad_id: int, log) -> None:
-    """AdamW with warmup and cosine decay over `cfg.steps` random batches of `sequences` (with cfg.max_seconds,
-    over as many as fit in that time at the rate of the first 20 steps)."""
+    """AdamW over random batches of `sequences`: linear warmup for `cfg.warmup` steps, then a cosine from
+    cfg.lr down to a tenth of it. The cosine runs over `cfg.steps` steps, or with cfg.max_seconds > 0 over the
+    wall time (progress = seconds elapsed / max_seconds, training stops at max_seconds or cfg.steps), so slow
+    first steps (kernel compilation, caches) neither shorten nor lengthen the run. Example: max_seconds=300,
+    warmup=200: full lr from step 200, half of it near 150 s, a tenth at 300 s, whatever the step rate."""
     drafter.train()
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    total = [cfg.steps]
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, cfg.warmup, total[0]))
     generator = torch.Generator().manual_seed(cfg.seed)
     device = drafter.device
     weights = torch.exp(-torch.arange(cfg.block_size, device=device).clamp(min=1).sub(1) / cfg.loss_decay)
-    step, started = 0, time.time()
-    while step < total[0]:
-        if step == 20 and cfg.max_seconds > 0:
-            fits = int(cfg.max_seconds * 20 / (time.time() - started))
-            total[0] = max(21, min(cfg.steps, fits))
-            log({"event": "steps", "steps": total[0], "max_seconds": cfg.max_seconds})
+    step, started, loss = 0, time.time(), None
+    while step < cfg.steps:
+        elapsed = time.time() - started
+        if cfg.max_seconds > 0 and elapsed >= cfg.max_seconds:
+            break
+        if cfg.max_seconds > 0:
+            progress = elapsed / cfg.max_seconds
+        else:
+            progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+        for group in optimizer.param_groups:
+            group["lr"] = cfg.lr * _lr_factor(step, cfg.warmup, progress)
         picks = torch.randint(len(sequences), (cfg.batch_size,), generator=generator).tolist()
         ids, anchors = make_batch([sequences[i] for i in picks], cfg, pad_id, generator)
         ids, anchors = ids.to(device), anchors.to(device)
         lengths = torch.tensor([len(sequences[i][0]) for i in picks], device=device)
-        loss, accuracy = training_loss(drafter, target, ids, anchors, lengths, weights, cfg)
+        shown = step % 50 == 0
+        loss, accuracy = training_loss(drafter, target, ids, anchors, lengths, weights, cfg, accuracy=shown)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         optimizer.step()
-        schedule.step()
-        if step % 50 == 0 or step == total[0] - 1:
-            log({"event": "step", "step": step, "loss": round(loss.item(), 4), "acc": [round(a, 3) for a in accuracy]})
+        if shown:
+            log(
+                {
+                    "event": "step",
+                    "step": step,
+                    "t_train": round(elapsed, 1),
+                    "lr": optimizer.param_groups[0]["lr"],
+                    "loss": round(loss.item(), 4),
+                    "acc": [round(a, 3) for a in accuracy],
+                }
+            )
         step += 1
+    last = None if loss is None else round(loss.item(), 4)
+    log({"event": "trained", "steps": step, "seconds": round(time.time() - started, 1), "loss": last})
     drafter.eval()
 
 
-def training_loss(drafter, target, ids, anchors, lengths, weights, cfg: TrainConfig):
-    """Weighted block cross-entropy and the top-1 accuracy per block position (first 4 shown)."""
+def training_loss(drafter, target, ids, anchors, lengths, weights, cfg: TrainConfig, accuracy: bool = True):
+    """Weighted block cross-entropy and the top-1 accuracy per block position (first 4; [] where `accuracy`
+    is False: the accuracies read the GPU back, four syncs a step)."""
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=ids.is_cuda):
         hidden = target(input_ids=ids, output_hidden_states=True).hidden_states
         features = torch.cat([hidden[i + 1] for i in drafter.target_layer_ids], dim=-1)
@@ -261,6 +279,8 @@ def training_loss(drafter, target, ids, anchors, lengths, weights, cfg: TrainCon
     k = torch.arange(labels.shape[1], device=ids.device) % cfg.block_size
     w = weights[k].unsqueeze(0).expand_as(labels) * (labels != -100)
     loss = (per_token.view_as(labels) * w).sum() / w.sum().clamp(min=1)
+    if not accuracy:
+        return loss, []
     with torch.no_grad():
         hit = (logits.argmax(-1) == labels) & (labels != -100)
         accuracy = [(hit[:, k == j].sum() / (labels[:, k == j] != -100).sum().clamp(min=1)).item() for j in range(1, 5)]
@@ -275,11 +295,11 @@ def evenly_spread(num_layers: int, count: int) -> list[int]:
     return [round(start + i * (end - start) / (count - 1)) for i in range(count)]
 
 
-def _lr_factor(step: int, warmup: int, steps: int) -> float:
+def _lr_factor(step: int, warmup: int, progress: float) -> float:
+    """Linear warmup over `warmup` steps, then cosine from 1 to 0.1 as `progress` goes from 0 to 1."""
     if step < warmup:
         return (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, max(0.0, progress))))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -69,6 +69,15 @@ def test_answers_every_prompt_at_every_temperature_and_resumes(server, model, tm
     assert max(sent) <= batch and sum(sent) == 10
 
 
+def test_the_command_sends_batch_prompts_per_request(server, model, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(5)))
+    out = tmp_path / "a.jsonl"
+    distill.main(["train", str(prompts), str(out), "--url", server, "--model", model, "--batch", "2"])
+    sent = sorted(len(r["input_ids"]) if isinstance(r["input_ids"][0], list) else 1 for r in Echo.requests)
+    assert sent == [1, 2, 2] and len(distill.read_rows(out)) == 5
+
+
 def test_train_refuses_held_out_prompts_and_eval_answers_them(server, model, tmp_path, data_dir):
     held = heldout.eval_prompts("gsm8k", data_dir=data_dir)[0].turns[0]
     prompts = tmp_path / "p.jsonl"

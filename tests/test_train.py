@@ -2,6 +2,7 @@
 
 import torch
 
+from ddbench import train
 from ddbench.train import TrainConfig, block_inputs, fit, make_batch
 from ddtree_core.reference.dflash import DFlashDraftModel
 from ddtree_core.reference.loading import random_target
@@ -78,3 +79,15 @@ def test_fit_lowers_the_loss_on_a_memorised_sequence():
     fit(drafter, target, [(sequence, 2)], cfg, 0, lambda r: losses.append(r.get("loss")))
     losses = [x for x in losses if x is not None]
     assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_max_seconds_stops_by_the_clock_and_the_cosine_follows_it(monkeypatch):
+    clock = iter(range(1000))
+    monkeypatch.setattr(train.time, "time", lambda: float(next(clock)))  # one second per reading
+    target, drafter = tiny_pair(seed=1)
+    sequence = list(range(12))
+    rows = []
+    fit(drafter, target, [(sequence, 2)], config(steps=1000, batch_size=1, max_seconds=10, warmup=2), 0, rows.append)
+    assert rows[-1]["event"] == "trained" and rows[-1]["steps"] == 9 and rows[-1]["loss"] is not None
+    assert train._lr_factor(0, 2, 0.0) == 0.5 and train._lr_factor(5, 2, 0.0) == 1.0
+    assert abs(train._lr_factor(5, 2, 0.5) - 0.55) < 1e-9 and abs(train._lr_factor(5, 2, 1.5) - 0.1) < 1e-9
