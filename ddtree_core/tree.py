@@ -72,7 +72,7 @@ def draft_topk(
     if impl == "reference":
         return _topk_reference(logits, k, draft_temperature)
     if impl == "triton":  # the group-maxima kernel: faster than the fused one in every H200 cell measured
-        from ddtree_core.kernels import topk_radix  # (results/kernels/h200-2026-11-30/topk)
+        from ddtree_core.kernels import topk_radix
 
         return topk_radix.draft_topk(logits, k, draft_temperature)
     from ddtree_core import batched

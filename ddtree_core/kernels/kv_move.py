@@ -2,8 +2,8 @@
 path slots k < commit_lens[b] whose rows differ, in one launch (rounds.CommittedPath holds the pairs).
 
 SGLang's pool copy (`move_kv_cache`) takes any pair list and keeps every pair of a call in registers
-at once; a round's B * P pairs (P = tree depth + 1) of which most are padding or identities cost it
-~0.25 ms at 16 requests on the H200 (results/sglang/h200-2026-11-29b/trace/summary-c16.md). Here one
+at once, so it pays for a round's B * P pairs (P = tree depth + 1) even where most are padding or
+identities. Here one
 program copies one byte tile of one buffer for one request, walking that request's pairs in path
 order and skipping padding and identities.
 

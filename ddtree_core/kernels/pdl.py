@@ -12,11 +12,8 @@ A kernel before it that does not let dependents start (a torch kernel, or one la
 letting them start when it finishes: the launch is then a plain one. On a CUDA graph's capture the launches
 become programmatic edges.
 
-On an H200 (results/kernels/h200-2026-11-30h, the kernel benchmark's rounds as CUDA graphs, call3) PDL took
-1.2-1.3 us off the round in each of four cells (batch 1 and 8, budget 64 and 256: 53.8 against 55.0 us at
-batch 1, budget 256), with every output bit-equal to plain launches over 51 replays (call4/pdl_check.log).
-Letting the next kernel in at the start instead (call2) cost 4.6 us at batch 1, budget 256: the selection and
-build programs sat waiting on SMs that the 1,200 one-warp emit programs needed.
+A kernel lets its dependents in at its end, not its start: let in early, the selection and build programs
+would sit waiting on SMs that the many one-warp emit programs need.
 
 `options(device)` gives the launch arguments: PDL on (the kernels' PDL flag and Triton's launch_pdl) on CUDA
 devices of compute capability 9.0 and above, unless `configure(False)` turned it off for the process or the

@@ -602,9 +602,8 @@ def _plan(
     sqrt(groups / K) (at most the tile's groups), tiles of 2048 (fewer for a short row), chunks
     enough for about 16 scan programs per SM, each at least one tile long; while there are fewer than 4
     rows per SM, 8 warps per selection program and all of the chosen groups read back in one step (up to
-    8,192 tokens), beyond that 4 warps and 1,024 tokens per step. On an H200, 8 warps were faster at 16
-    and 128 rows and 4 at 1,024 (results/kernels/h200-2026-11-30/topk); reading back 8,192 tokens per step
-    saved 0.2-1.9 us at 16 and 128 rows and cost 18-118 us at 1,024 (results/kernels/h200-2026-11-30c/topk)."""
+    8,192 tokens), beyond that 4 warps and 1,024 tokens per step. Example: vocab 152,064, K = 64, 16 rows
+    on 132 SMs: tiles of 2,048, 75 chunks of one tile, group 64, super group 8, 8 warps, 8,192 tokens per step."""
     num_rows, vocab = rows.shape
     if group is None:
         group = min(2 ** min(8, max(3, round(math.log2(math.sqrt(vocab / k))))), tile or _TILE)
@@ -650,12 +649,9 @@ def _few_rows(rows: torch.Tensor) -> bool:
 
 def _emit_pays(rows: torch.Tensor, k: int, n_tiles: int) -> bool:
     """Whether the default launch takes the tiles' candidates first: for K >= 192 with at most 24 emit programs
-    (rows x tiles) per SM, for K >= 128 with at most 12. On an H200 at vocab 152,064 (75 tiles of 2,048; 9.1
-    programs per SM a request), top-K calls in us, on against off (results/kernels/h200-2026-11-30i): K = 256,
-    22.7 / 30.0 at one request (h200-2026-11-30g), 25.9 / 30.9 at two, 33.8 / 33.2 at four, 40.7 / 35.2 at six;
-    K = 192, 22.9 / 29.5 at one, 25.5 / 30.3 at two; K = 128, 22.6 / 23.2 at one, 25.7 / 24.1 at two (25.3 /
-    23.9 in another call); K = 64, even at one (h200-2026-11-30g). With more programs the emit kernel costs
-    more than the union saves the selection."""
+    (rows x tiles) per SM, for K >= 128 with at most 12: with more programs the emit kernel costs more than
+    the union saves the selection. Example: vocab 152,064 in 75 tiles of 2,048 on 132 SMs is 0.57 programs
+    per SM a row, so K = 256 takes the tiles' candidates first up to 42 rows, K = 128 up to 21."""
     programs_per_sm = rows.shape[0] * n_tiles / _sms(rows.device)
     return (k >= 192 and programs_per_sm <= 24) or (k >= 128 and programs_per_sm <= 12)
 
