@@ -64,7 +64,8 @@
 #               (configs/testbed8b-h200-resident.toml): 1 in flight (32 prompts), 4 and 16 (64), three interleaved
 #               passes; `nvidia-smi pmon` samples each process's SM use meanwhile (only the measured server works);
 #               last, with the b63 and b255 servers stopped, AR, DFLASH and b15 on GSM8K again (one pass): do idle
-#               servers beside the measured one change its numbers?
+#               servers beside the measured one change its numbers? RESIDENT_PLAN=mt-t1: MT-Bench greedy and GSM8K at
+#               T = 1 instead (the same servers, 1 / 4 / 16 in flight, three passes), no control
 #   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.synth's) from an AR
 #               server, a drafter per depth in LAYERS trained on them, each one's simulated acceptance
 #               (ddbench.accept) on greedy answers to the held-out prompts, beside the bundled drafter's
@@ -395,8 +396,20 @@ sweeps)
           python3 -m ddbench sweep --config testbed8b-h200-resident --data-dir "$W/data" --out "$R/$name" "$@"
           echo "8b-resident $name rc=$?" >> "$W/done"
         }
-        resweep c1 --url "$urls" --concurrency 1 --num-prompts 32
-        resweep load --url "$urls"
+        case ${RESIDENT_PLAN:-t0} in
+        t0)  # GSM8K and HumanEval, greedy
+          resweep c1 --url "$urls" --concurrency 1 --num-prompts 32
+          resweep load --url "$urls" ;;
+        mt-t1)  # MT-Bench greedy (40 held-out prompts of two turns: 16 = 32 requests at 1 in flight, 32 = 64 at 4
+          # and 16) and GSM8K at T = 1; the one-request cells of both first
+          resweep mt-c1 --url "$urls" --datasets mt-bench --concurrency 1 --num-prompts 16
+          resweep t1-c1 --url "$urls" --datasets gsm8k --temperatures 1 --concurrency 1 --num-prompts 32
+          resweep mt-load --url "$urls" --datasets mt-bench --num-prompts 32
+          resweep t1-load --url "$urls" --datasets gsm8k --temperatures 1
+          kill "$PMON"
+          while read -r name pid; do kill -- -"$pid" 2> /dev/null; done < "$R/pids"
+          continue ;;
+        esac
         kill "$PMON"
         # with the b63 and b255 servers stopped: do two fewer idle servers change AR's, DFLASH's and b15's cells?
         while read -r name pid; do case $name in ddtree-b63|ddtree-b255) kill -- -"$pid" 2> /dev/null ;; esac; done < "$R/pids"
