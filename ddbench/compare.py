@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddbench.baseline import OfflineCell, offline_cells_from_pt, read_zlab_json
-from ddbench.config import DDBenchError
+from ddbench.config import DDBenchError, budget_label
 from ddbench.report import CellSummary, over_repeats, request_accept_lens, summarize
 from ddbench.results import CellResult, RunFolder, find_run_folder, load_cells
 from ddtree_core import metrics
@@ -222,9 +222,7 @@ def compare_cells(ours: Side, theirs: Side, tolerances: Tolerances) -> CellDelta
     if tolerances.accept_equal is not None and accept_equal is not None:
         if _out_of(accept_equal[:2], tolerances.accept_equal, tolerances.strict):
             failures.append("acceptance on equal outputs")
-    return CellDelta(
-        ours.key, accept, hist, depth, speedup, parity, match, accept_equal, divergences, tuple(failures)
-    )
+    return CellDelta(ours.key, accept, hist, depth, speedup, parity, match, accept_equal, divergences, tuple(failures))
 
 
 def _accept_pair(ours: Side, theirs: Side) -> tuple[float, float] | None:
@@ -301,7 +299,8 @@ def compare(results_path: str | Path, baseline: Sequence[Side], tolerances: Tole
 
 def _key_label(key: tuple) -> str:
     dataset, method, budget, depth, draft_temperature, hold_chain, temperature, concurrency = key
-    label = method.upper() if method != "ddtree" else f"DDTree b{budget}" + ("+chain" if hold_chain else "")
+    chain = "+chain" if hold_chain else ""
+    label = method.upper() if method != "ddtree" else f"DDTree {budget_label(budget)}{chain}"
     if depth is not None:
         label += f" d{depth}"
     if draft_temperature not in (None, 1.0):

@@ -31,15 +31,21 @@ import dataclasses
 import re
 import shlex
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ENGINES = ("sglang", "reference")
 METHODS = ("ar", "dflash", "ddtree")
-METHODS = ("ar", "dflash", "ddtree")
 BUILTIN_DATASETS = ("mt-bench", "gsm8k", "humaneval")
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+# A DDTree budget the server chooses each round (custom_params.ddtree_budget "auto", ddtree_core.policy), up to
+# its own budget; it is only served by the engines listed here (`auto_budget_refusal` decides for a sweep).
+AUTO_BUDGET = "auto"
+AUTO_BUDGET_ENGINES = ("reference",)
+AUTO_LARGEST_DEFAULT = 64  # auto's largest budget in a sweep without a fixed one: the reference server's default
 
 # Fields that define what a request measures; a results folder holds one value of each.
 RUN_DEFINING = ("engine", "model", "draft", "num_prompts", "max_new_tokens", "top_p", "top_k")
@@ -114,7 +120,7 @@ class Cell:
 
     dataset: str  # dataset label: builtin name or JSONL file stem
     method: str  # ar | dflash | ddtree
-    budget: int | None  # DDTree node budget; None for ar and dflash
+    budget: int | str | None  # DDTree node budget or AUTO_BUDGET; None for ar and dflash
     max_depth: int | None  # DDTree depth limit; None: the drafter's block size - 1 (and for ar, dflash)
     draft_temperature: float | None  # DDTree draft temperature; None for ar and dflash
     temperature: float
@@ -128,8 +134,9 @@ class Cell:
 
     @property
     def cell_id(self) -> str:
-        """A file-name-safe id, stable across runs: gsm8k__ddtree-b64-d7-dt1__t0__c1 (held: ...-dt1-chain__...);
-        repeat 2 and later end in their number, gsm8k__ddtree-b64-d7-dt1__t0__c1-r2, repeat 1 in nothing."""
+        """A file-name-safe id, stable across runs: gsm8k__ddtree-b64-d7-dt1__t0__c1 (held: ...-dt1-chain__...;
+        budget auto: ...-bauto-...); repeat 2 and later end in their number, gsm8k__ddtree-b64-d7-dt1__t0__c1-r2,
+        repeat 1 in nothing."""
         setting = self.method
         if self.method == "ddtree":
             depth = "auto" if self.max_depth is None else str(self.max_depth)
@@ -189,6 +196,39 @@ def _check_count(name: str, value: Any) -> None:
 
 def _num(value: float | None) -> str:
     return "none" if value is None else f"{value:g}"
+
+
+def parse_budget(value: Any) -> int | str:
+    """A DDTree budget of a flag, a TOML list or a summary.csv field: an integer >= 1, or AUTO_BUDGET;
+    ValueError saying what is allowed otherwise. Example: "16" -> 16, "auto" -> "auto", "-3" -> ValueError."""
+    if isinstance(value, str) and value.strip().lower() == AUTO_BUDGET:
+        return AUTO_BUDGET
+    text = value.strip() if isinstance(value, str) else value
+    if isinstance(text, bool) or not (isinstance(text, int) or isinstance(text, str) and text.isdigit()):
+        raise ValueError(f"takes integers >= 1 or {AUTO_BUDGET}, got {value!r}")
+    budget = int(text)
+    if budget < 1:
+        raise ValueError(f"takes integers >= 1 or {AUTO_BUDGET}, got {value!r}")
+    return budget
+
+
+def largest_budget(budgets: Sequence[int | str]) -> int:
+    """The largest fixed budget of `budgets`, else (auto alone) AUTO_LARGEST_DEFAULT."""
+    return max((budget for budget in budgets if budget != AUTO_BUDGET), default=AUTO_LARGEST_DEFAULT)
+
+
+def budget_label(budget: int | str) -> str:
+    """How tables and plots name a DDTree budget: b64, or auto."""
+    return AUTO_BUDGET if budget == AUTO_BUDGET else f"b{budget}"
+
+
+def auto_budget_refusal(engine: str) -> str | None:
+    """Why a sweep on `engine` cannot have an `auto` budget cell, or None where its DDTree servers serve it
+    (AUTO_BUDGET_ENGINES). The one place that decides, for servers ddbench starts and running ones alike."""
+    if engine in AUTO_BUDGET_ENGINES:
+        return None
+    served = " and ".join(AUTO_BUDGET_ENGINES)
+    return f"the {engine} engine does not serve ddtree_budget {AUTO_BUDGET} yet (the {served} engine does)"
 
 
 def dataset_label(spec: str) -> str:

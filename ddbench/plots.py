@@ -1,6 +1,7 @@
 """PNG plots of a results folder (matplotlib, Agg backend): one file per view, one panel per dataset.
 
-- acceptance_vs_budget.png: DDTree tau vs node budget, DFLASH and AR as horizontal lines;
+- acceptance_vs_budget.png: DDTree tau vs node budget, DFLASH and AR as horizontal lines (a budget-auto
+  cell too, dash-dotted);
 - speedup_vs_budget.png: DDTree speedup vs budget, DFLASH as a line, the best budget starred;
 - throughput_vs_concurrency.png: tokens/s vs concurrency per method setting;
 - latency_cdf.png: CDF of request latency per method setting (the requests of all its repeats);
@@ -31,7 +32,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ddbench.config import Cell  # noqa: E402
+from ddbench.config import AUTO_BUDGET, Cell, budget_label, largest_budget  # noqa: E402
 from ddbench.report import CellSummary, best_budget_rows, setting  # noqa: E402
 from ddbench.results import CellResult  # noqa: E402
 
@@ -84,13 +85,20 @@ def _series(row: CellSummary) -> str:
 
 
 def _versus_budget(ax, rows: Sequence[CellSummary], field: str, label: str, star: bool = False) -> bool:
+    """DDTree `field` against the fixed budgets, per series; a series' budget-auto cell is a dash-dot line
+    (starred, when best, at the largest fixed budget: the one auto chose under)."""
     trees = [row for row in rows if row.method == "ddtree" and getattr(row, field) is not None]
     tree_series = lambda row: (_series(row), bool(row.hold_chain))  # noqa: E731
     with_baselines = set()  # AR and DFLASH lines once per series name, in the colour of its first DDTree line
     for index, (name, held) in enumerate(dict.fromkeys(map(tree_series, trees))):
-        points = sorted((row.budget, getattr(row, field)) for row in trees if tree_series(row) == (name, held))
-        color = f"C{index}"
-        ax.plot(*zip(*points), marker="o", color=color, label=f"DDTree{'+chain' if held else ''} {name}")
+        mine = [row for row in trees if tree_series(row) == (name, held)]
+        points = sorted((row.budget, getattr(row, field)) for row in mine if row.budget != AUTO_BUDGET)
+        color, tree = f"C{index}", f"DDTree{'+chain' if held else ''}"
+        if points:
+            ax.plot(*zip(*points), marker="o", color=color, label=f"{tree} {name}")
+        for row in mine:
+            if row.budget == AUTO_BUDGET:
+                ax.axhline(getattr(row, field), color=color, linestyle="-.", label=f"{tree} {AUTO_BUDGET} {name}")
         if name in with_baselines:
             continue
         with_baselines.add(name)
@@ -99,8 +107,10 @@ def _versus_budget(ax, rows: Sequence[CellSummary], field: str, label: str, star
                 style = "--" if row.method == "dflash" else ":"
                 ax.axhline(getattr(row, field), color=color, linestyle=style, label=f"{row.method.upper()} {name}")
     if star:
+        largest = largest_budget([row.budget for row in trees])
         for row in best_budget_rows(trees):
-            ax.plot([row.budget], [row.speedup_vs_ar], marker="*", markersize=16, color="gold", markeredgecolor="k")
+            x = largest if row.budget == AUTO_BUDGET else row.budget
+            ax.plot([x], [row.speedup_vs_ar], marker="*", markersize=16, color="gold", markeredgecolor="k")
     if trees:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("node budget")
@@ -118,7 +128,7 @@ def _versus_depth_limit(ax, rows: Sequence[CellSummary], field: str, label: str)
         return False
     place = {limit: index for index, limit in enumerate(limits)}
     name = lambda row: (  # noqa: E731
-        f"b{row.budget} dt={1.0 if row.draft_temperature is None else row.draft_temperature:g} "
+        f"{budget_label(row.budget)} dt={1.0 if row.draft_temperature is None else row.draft_temperature:g} "
         f"T={row.temperature:g} c={row.concurrency}"
     )
     colors: dict[str, str] = {}
@@ -199,8 +209,9 @@ def _draw_latency(results: Sequence[CellResult], path: Path) -> bool:
             latencies = np.sort(latencies)
             shares = np.arange(1, len(latencies) + 1) / len(latencies)
             chain = "+chain" if cell.hold_chain else ""
-            label = f"{cell.method} b{cell.budget}{chain} T={cell.temperature:g} c={cell.concurrency}"
-            ax.step(latencies, shares, where="post", label=label.replace(" bNone", ""))
+            budget = "" if cell.budget is None else f" {budget_label(cell.budget)}"
+            label = f"{cell.method}{budget}{chain} T={cell.temperature:g} c={cell.concurrency}"
+            ax.step(latencies, shares, where="post", label=label)
         ax.set_title(dataset)
         ax.set_xlabel("request latency (s)")
         ax.set_ylabel("CDF")

@@ -53,7 +53,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ddbench.config import DDBenchError
+from ddbench.config import AUTO_BUDGET, DDBenchError
 from ddbench.cost_bench import H200_BANDWIDTH, H200_FLOPS, ModelShape, floors
 
 
@@ -246,15 +246,15 @@ def load_acceptance(path: Path) -> Acceptance:
 
 
 def measured_acceptance(results: Path, temperature: float) -> Acceptance:
-    """Pooled tau of a results folder's DFLASH and DDTree cells (default depth, draft temperature 1, no held
-    chain) at `temperature`, from the lowest concurrency each setting was measured at."""
+    """Pooled tau of a results folder's DFLASH and DDTree cells (a fixed budget, default depth, draft temperature
+    1, no held chain) at `temperature`, from the lowest concurrency each setting was measured at."""
     from ddbench.report import summarize
     from ddbench.results import find_run_folder, load_cells
 
     rows = [
         row for row in summarize(load_cells(find_run_folder(results)))
         if row.status == "done" and row.acceptance_length is not None and math.isclose(row.temperature, temperature)
-        and (row.method == "dflash" or (row.method == "ddtree" and row.max_depth is None
+        and (row.method == "dflash" or (row.method == "ddtree" and row.budget != AUTO_BUDGET and row.max_depth is None
                                          and row.draft_temperature == 1.0 and not row.hold_chain))
     ]  # fmt: skip
     rows.sort(key=lambda row: row.concurrency)
@@ -497,8 +497,10 @@ def _notes(run: CostRun, acceptance: Acceptance, tree: TreeTimes | None, setting
                      "upper bounds")  # fmt: skip
     without = [name for name in acceptance.dflash if not acceptance.ddtree.get(name)]
     if without:
-        notes.append(f"no DDTree tau per budget for {', '.join(without)} in the acceptance table, so DDTree cannot be "
-                     "projected there (--ddtree-gain-from RESULTS derives one from measured gains, labelled derived)")
+        notes.append(
+            f"no DDTree tau per budget for {', '.join(without)} in the acceptance table, so DDTree cannot be "
+            "projected there (--ddtree-gain-from RESULTS derives one from measured gains, labelled derived)"
+        )
     budgets = sorted({budget for table in acceptance.ddtree.values() for budget in table})
     for label, width in [("AR", 1), ("DFLASH and the drafter", settings.block)] + [
         (f"budget {n}", max(n + 1, settings.block)) for n in budgets

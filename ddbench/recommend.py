@@ -16,11 +16,12 @@ A sweep with repeats is read as one row per setting, the median over its repeats
 Applying it (`deploy`): one DDTree server started with the largest budget any band needs
 (SGLANG_DDTREE_BUDGET; it fixes the verify width max(budget + 1, block size) and the CUDA graphs),
 and per concurrency band the `custom_params` that lower budget, depth or draft temperature per
-request. Trees that hold the drafter's chain (`+chain`) are server-wide (SGLANG_DDTREE_HOLD_CHAIN=1)
-when every DDTree band holds it, else asked per request (`"ddtree_hold_chain": true`). A DDTree
-server cannot run linear DFlash or plain decoding, so bands where DFLASH or AR win need their own
-server. `Measurement` reads from the manifest how the DDTree cells were served, which says whether
-the measured numbers hold on such a shared server.
+request (a band of budget `auto` asks for "ddtree_budget": "auto" under the server's budget, then at least
+the one its measured cells chose under). Trees that hold the drafter's chain (`+chain`) are server-wide
+(SGLANG_DDTREE_HOLD_CHAIN=1) when every DDTree band holds it, else asked per request
+(`"ddtree_hold_chain": true`). A DDTree server cannot run linear DFlash or plain decoding, so bands where
+DFLASH or AR win need their own server. `Measurement` reads from the manifest how the DDTree cells were
+served, which says whether the measured numbers hold on such a shared server.
 """
 
 from __future__ import annotations
@@ -36,7 +37,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ddbench.config import DDBenchError
+from ddbench.config import (
+    AUTO_BUDGET,
+    AUTO_LARGEST_DEFAULT,
+    DDBenchError,
+    auto_budget_refusal,
+    budget_label,
+    largest_budget,
+)
 from ddbench.report import CellSummary
 from ddtree_core.sglang.config import ENV_BUDGET, ENV_DRAFT_TEMPERATURE, ENV_HOLD_CHAIN, ENV_MAX_DEPTH
 
@@ -48,7 +56,7 @@ class Setting:
     """A candidate: AR, DFLASH, or one DDTree setting."""
 
     method: str  # ar | dflash | ddtree
-    budget: int | None = None  # ddtree only
+    budget: int | str | None = None  # ddtree only: an int or "auto" (config.AUTO_BUDGET)
     max_depth: int | None = None  # ddtree only; None: the drafter's block size - 1
     draft_temperature: float | None = None  # ddtree only
     hold_chain: bool = False  # ddtree only: trees hold the drafter's rank-0 chain first
@@ -61,10 +69,10 @@ class Setting:
 
     @property
     def label(self) -> str:
-        """AR, DFLASH, DDTree b64, DDTree b64 d7 dt0.6, DDTree b31+chain."""
+        """AR, DFLASH, DDTree b64, DDTree b64 d7 dt0.6, DDTree b31+chain, DDTree auto."""
         if self.method != "ddtree":
             return self.method.upper()
-        budget = f"b{self.budget}" + ("+chain" if self.hold_chain else "")
+        budget = budget_label(self.budget) + ("+chain" if self.hold_chain else "")
         parts = [budget] + ([f"d{self.max_depth}"] if self.max_depth is not None else [])
         parts += [f"dt{self.draft_temperature:g}"] if self.draft_temperature not in (None, 1.0) else []
         return "DDTree " + " ".join(parts)
@@ -159,7 +167,9 @@ def choose(rows: Sequence[CellSummary], metric: str, min_parity: float | None) -
         return Choice(first.temperature, first.concurrency, None, None, None, None, None, None, (), tuple(notes))
     pooled = {setting: mean(by_name[name] for name in common) for setting, by_name in values.items()}
     ddtree = [setting for setting in pooled if setting.method == "ddtree"]
-    best = max(ddtree, key=lambda s: (pooled[s], -s.budget, -(s.max_depth or math.inf), not s.hold_chain), default=None)
+    best = max(
+        ddtree, key=lambda s: (pooled[s], -_rank(s.budget), -(s.max_depth or math.inf), not s.hold_chain), default=None
+    )
     baselines = {setting: pooled[setting] for setting in (DFLASH, AR) if setting in pooled}
     measured = {Setting.of(row) for row in rows if row.status == "done" and getattr(row, metric) is not None}
     if DFLASH not in measured:  # refused by parity is another matter: then DFLASH is no option
@@ -213,12 +223,14 @@ class Measurement:
     draft: str
     tp: int
     server_args: tuple[str, ...]
+    auto_largest: int = AUTO_LARGEST_DEFAULT  # the largest budget the last run's auto cells chose under
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> Measurement:
         """Shared budgets: ddbench.runner.server_spec's (the widest tree, narrowed per request), or on running
         servers (`ddbench sweep --url`: the run's "servers") the ddtree_budget each DDTREE server reported,
-        whose tp_size is then the last run's tp."""
+        whose tp_size is then the last run's tp. auto_largest: ddbench.runner.server_spec's budget of the last
+        run, or the widest DDTREE server it ran on (ddbench.fleet sends auto cells there)."""
         try:
             last = manifest["config"]
             runs = manifest.get("runs") or [{"config": last}]
@@ -231,9 +243,10 @@ class Measurement:
             }
             servers = [server for server in runs[-1].get("servers", []) if server["method"] == "ddtree"]
             tp = servers[0]["settings"].get("tp_size") if servers else last.get("tp")  # running servers: reported
+            auto_largest = max(_shared_budgets(runs[-1])) if servers else largest_budget(last["budgets"])
             return cls(
                 last["engine"], modes.pop() if len(modes) == 1 else None, tuple(sorted(shared)),
-                last["model"], last["draft"], int(tp or 1), tuple(last.get("server_args") or ()),
+                last["model"], last["draft"], int(tp or 1), tuple(last.get("server_args") or ()), auto_largest,
             )  # fmt: skip
         except (KeyError, TypeError, ValueError) as error:
             raise DDBenchError(f"malformed manifest ({error!r})") from error
@@ -257,7 +270,7 @@ def _shared_budgets(run: dict[str, Any]) -> list[int]:
     """The SGLANG_DDTREE_BUDGET of the DDTree servers of one per-request run (manifest "runs" entry)."""
     if "servers" in run:
         return [server["settings"]["ddtree_budget"] for server in run["servers"] if server["method"] == "ddtree"]
-    return [max(run["config"]["budgets"])]
+    return [largest_budget(run["config"]["budgets"])]
 
 
 @dataclass(frozen=True)
@@ -299,7 +312,8 @@ def deploy(recommendation: Recommendation, measurement: Measurement) -> Deployme
         temperatures = {s.draft_temperature for s in ddtree}
         server_dt = temperatures.pop() if len(temperatures) == 1 else 1.0
         server_held = all(s.hold_chain for s in ddtree)
-        server = Setting("ddtree", max(s.budget for s in ddtree), server_depth, server_dt, server_held)
+        budget = max(_server_budget(s, measurement) for s in ddtree)
+        server = Setting("ddtree", budget, server_depth, server_dt, server_held)
         env = {ENV_BUDGET: str(server.budget)}
         env.update({ENV_MAX_DEPTH: str(server_depth)} if server_depth is not None else {})
         env.update({ENV_DRAFT_TEMPERATURE: f"{server_dt:g}"} if server_dt != 1.0 else {})
@@ -317,6 +331,16 @@ def deploy(recommendation: Recommendation, measurement: Measurement) -> Deployme
     others = {s.label: _launch(measurement, s) for s in (DFLASH, AR) if any(b.setting == s for b in bands)}
     command = _launch(measurement, Setting("ddtree"), env) if env else None
     return Deployment(env, command, tuple(bands), others, _caveat(measurement, ddtree))
+
+
+def _rank(budget: int | str) -> float:
+    """A budget's place among equally good settings, the smaller first; auto after every fixed budget."""
+    return math.inf if budget == AUTO_BUDGET else budget
+
+
+def _server_budget(setting: Setting, measurement: Measurement) -> int:
+    """The server budget a DDTree setting needs: its own, or for auto the one its measured cells chose under."""
+    return measurement.auto_largest if setting.budget == AUTO_BUDGET else setting.budget
 
 
 def _custom_params(setting: Setting | None, server: Setting | None) -> dict | None:
@@ -349,9 +373,12 @@ def _caveat(measurement: Measurement, ddtree: Sequence[Setting]) -> str | None:
     """Whether the DDTree cells were measured at the verify width the shared server gives every request."""
     if not ddtree:
         return None
-    server = max(s.budget for s in ddtree)
+    server = max(_server_budget(s, measurement) for s in ddtree)
     measured, width = f"measured on {measurement.description}", f"max({server} + 1, block size)"
-    smaller = ", ".join(str(b) for b in sorted({s.budget for s in ddtree if s.budget < server}))
+    fixed = {s.budget for s in ddtree if s.budget != AUTO_BUDGET}
+    smaller = ", ".join(str(b) for b in sorted(b for b in fixed if b < server))
+    if any(s.budget == AUTO_BUDGET for s in ddtree) and (refusal := auto_budget_refusal("sglang")):
+        return f"{measured}; budget {AUTO_BUDGET}: {refusal}, so its bands cannot be served there as measured."
     if measurement.engine != "sglang":
         return f"{measured}; an SGLang DDTree server was not measured here, its numbers may differ."
     if measurement.restart_per_budget is None:

@@ -30,6 +30,7 @@ from typing import Annotated
 import torch
 import typer
 
+from ddbench.config import AUTO_BUDGET
 from ddbench.strength import greedy_rounds, open_run, same_but_last
 
 COLUMNS = ("cell_id", "method", "budget", "hold_chain", "responses", "same_histogram", "tokens", "engine_rounds",
@@ -75,8 +76,8 @@ def run(
     budgets: Sequence[int] | None = None,
     on_cell=None,
 ) -> list[dict]:
-    """One row per greedy DFLASH / DDTree cell (of `datasets`, default all; given `budgets`, only the DDTree
-    cells of those budgets); progress(record) after each response, on_cell(rows) after each cell (so an
+    """One row per greedy DFLASH / DDTree cell of a fixed budget (of `datasets`, default all; given `budgets`, only
+    the DDTree cells of those budgets); progress(record) after each response, on_cell(rows) after each cell (so an
     interrupted replay keeps what it finished)."""
     cells, builder_for, models = open_run(results, model, data_dir)
     rows = []
@@ -87,7 +88,7 @@ def run(
         if datasets and cell.cell.dataset not in datasets:
             continue
         budget = cell.cell.budget if method == "ddtree" else None
-        if budgets and budget not in budgets:
+        if budgets and budget not in budgets or budget == AUTO_BUDGET:  # auto: each round's budget is unrecorded
             continue
         hold = bool(getattr(cell.cell, "hold_chain", False))
         builder = builder_for(cell.records)  # a later turn carried this cell's own earlier answers

@@ -2,13 +2,15 @@
 prints.
 
 Columns (acceptance conventions are ddtree_core.metrics'):
+- budget: the DDTree node budget, or `auto` where the server chose each round's (`ddbench sweep --budgets
+  auto`); empty for AR and DFLASH.
 - acceptance_length: pooled over every round of every request, sum(tau) / rounds, tau counting the
   bonus token; acceptance_length_per_response: the mean of the per-request values (DDTree paper).
   Rounds come from each response's `spec_accept_histogram` (rounds with i accepted drafts at index i);
   where a server gives only `spec_verify_ct`, completion tokens / verify rounds. AR is 1 by definition.
 - accept_histogram: the pooled histogram as fractions, index i = rounds with tau == i + 1.
 - depth_acceptance: P(accept depth d | reached d - 1) for d = 1..; each round's tree is taken to reach
-  its depth limit (--depths, else the block size - 1 the server reports), capped by the budget for
+  its depth limit (--depths, else the block size - 1 the server reports), capped by a fixed budget for
   DDTree, so a round whose tree stopped short counts as a miss at the missing depths.
 - tokens_per_s: completion tokens of the cell / the cell's wall time (prefill and queueing included);
   speedup_vs_ar: tokens_per_s over the AR cell's at the same dataset, temperature, concurrency and repeat.
@@ -41,7 +43,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ddbench.config import Cell, DDBenchError, ddtree_hold_chain
+from ddbench.config import Cell, DDBenchError, budget_label, ddtree_hold_chain, parse_budget
 from ddbench.results import CellResult, RequestRecord, RunFolder, write_atomic
 from ddtree_core import metrics
 
@@ -52,7 +54,7 @@ class CellSummary:
 
     dataset: str
     method: str
-    budget: int | None
+    budget: int | str | None  # an int, or "auto" (config.AUTO_BUDGET); None for ar and dflash
     max_depth: int | None
     draft_temperature: float | None
     hold_chain: bool | None  # DDTree: trees held the drafter's rank-0 chain first; None for ar and dflash
@@ -177,7 +179,7 @@ def round_depth(cell: Cell, deepest_accepted: int, block_size: int | None) -> in
         limit = cell.max_depth
     else:
         limit = block_size - 1 if block_size else deepest_accepted
-    if cell.method == "ddtree" and cell.budget is not None:
+    if cell.method == "ddtree" and isinstance(cell.budget, int):  # auto: each round's budget, unknown here
         limit = min(limit, cell.budget)
     return max(limit, deepest_accepted)
 
@@ -392,14 +394,16 @@ def read_summary(path) -> list[CellSummary]:
     try:
         with open(path, newline="") as stream:
             rows = [{"hold_chain": "", "repeat": "1", "held_out": "", **row} for row in csv.DictReader(stream)]
-        return [CellSummary(**{k: _parse(types[k], v) for k, v in row.items()}) for row in rows]
+        return [CellSummary(**{k: _parse(types[k], v, k) for k, v in row.items()}) for row in rows]
     except (KeyError, TypeError, ValueError) as error:
         raise DDBenchError(f"{path}: malformed summary ({error})") from error
 
 
-def _parse(type_name: str, text: str):
+def _parse(type_name: str, text: str, name: str = ""):
     if text == "":
         return () if type_name.startswith("tuple") else None
+    if name == "budget":
+        return parse_budget(text)
     if type_name.startswith("tuple"):
         return tuple(json.loads(text))
     if type_name.startswith("bool"):
@@ -420,13 +424,13 @@ def _fmt(value, digits: int = 2) -> str:
 
 
 def setting(row: CellSummary) -> str:
-    """A short label of a cell's method setting: AR, DFLASH, DDTree b64 (d7, dt0.6), DDTree b31+chain."""
+    """A short label of a cell's method setting: AR, DFLASH, DDTree b64 (d7, dt0.6), DDTree b31+chain, DDTree auto."""
     if row.method != "ddtree":
         return row.method.upper()
     extras = [f"d{row.max_depth}"] if row.max_depth is not None else []
     extras += [f"dt{row.draft_temperature:g}"] if row.draft_temperature not in (None, 1.0) else []
     chain = "+chain" if row.hold_chain else ""
-    return f"DDTree b{row.budget}{chain}" + (f" ({', '.join(extras)})" if extras else "")
+    return f"DDTree {budget_label(row.budget)}{chain}" + (f" ({', '.join(extras)})" if extras else "")
 
 
 TABLE_COLUMNS = (

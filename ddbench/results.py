@@ -41,7 +41,7 @@ class RequestRecord:
     cell_id: str
     dataset: str
     method: str  # ar | dflash | ddtree
-    budget: int | None
+    budget: int | str | None  # an int, or "auto" (config.AUTO_BUDGET); None for ar and dflash
     max_depth: int | None
     draft_temperature: float | None
     temperature: float

@@ -40,6 +40,7 @@ from typing import Annotated
 import torch
 import typer
 
+from ddbench.config import AUTO_BUDGET
 from ddtree_core.tree import build_tree
 
 
@@ -190,8 +191,8 @@ def check(trajectories: Sequence[Trajectory], cells) -> tuple[list[str], int]:
     problems, compared = [], 0
     for cell in cells:
         method, budget = cell.cell.method, cell.cell.budget
-        if method not in ("dflash", "ddtree") or cell.cell.temperature != 0.0:
-            continue
+        if method not in ("dflash", "ddtree") or cell.cell.temperature != 0.0 or budget == AUTO_BUDGET:
+            continue  # auto: each round's budget was the server's choice, which the record does not say
         for record in cell.records:
             t = by_key.get((record.dataset, record.prompt_index))
             if t is None or record.turn != 0:

@@ -29,8 +29,11 @@ def markdown(frame: pd.DataFrame) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in [head, ["---"] * len(head), *rows])
 
 
-def setting(method: str, budget: float) -> str:
-    return method.upper() if method != "ddtree" else f"b{int(budget)}"
+def setting(method: str, budget: float | str) -> str:
+    """AR, DFLASH, b127; a budget column holding auto reads as strings ("127", "auto")."""
+    if method != "ddtree":
+        return method.upper()
+    return "auto" if budget == "auto" else f"b{int(budget)}"
 
 
 def load(folder: Path) -> pd.DataFrame:

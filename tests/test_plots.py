@@ -54,3 +54,19 @@ def test_depth_limit_views_draw_each_setting_against_the_limits_auto_last(tmp_pa
     assert plots.plot_all(one_limit, [], tmp_path / "b") == [tmp_path / "b" / "acceptance_vs_budget.png",
                                                             tmp_path / "b" / "accept_histograms.png",
                                                             tmp_path / "b" / "depth_acceptance.png"]  # fmt: skip
+
+
+def test_a_budget_auto_cell_is_a_line_across_the_fixed_budgets_and_starred_at_the_largest():
+    rows = [summary("ddtree", b, 1, tau=t) for b, t in ((15, 2.5), ("auto", 3.5), (63, 3.0))]
+    rows = [dataclasses.replace(row, speedup_vs_ar=row.acceptance_length) for row in rows]
+    fig, ax = plt.subplots()
+    assert plots._versus_budget(ax, rows, "speedup_vs_ar", "speedup vs AR", star=True)
+    tree, auto, star = ax.get_lines()
+    assert tree.get_label() == "DDTree T=0, c=1" and list(tree.get_xdata()) == [15, 63]
+    assert auto.get_label() == "DDTree auto T=0, c=1" and list(auto.get_ydata()) == [3.5, 3.5]
+    assert (list(star.get_xdata()), list(star.get_ydata())) == ([63], [3.5])
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    assert plots._versus_budget(ax, rows[1:2], "acceptance_length", "tau")  # auto alone: its line only
+    assert [line.get_label() for line in ax.get_lines()] == ["DDTree auto T=0, c=1"]
+    plt.close(fig)

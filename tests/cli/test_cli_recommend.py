@@ -18,9 +18,7 @@ runner = CliRunner()
 B32, B128 = advice.Setting("ddtree", 32, None, 1.0), advice.Setting("ddtree", 128, None, 1.0)
 
 
-def row(
-    dataset, method, budget, concurrency, tokens_per_s, *, parity=None, status="done", temperature=0.0, held=False
-):
+def row(dataset, method, budget, concurrency, tokens_per_s, *, parity=None, status="done", temperature=0.0, held=False):
     """A summary row with the fields recommend reads; the rest blank."""
     blank = {field.name: None for field in dataclasses.fields(CellSummary)}
     ddtree = method == "ddtree"
@@ -242,6 +240,31 @@ def test_measurement_of_running_servers_has_the_width_and_tp_they_reported():
     assert (running.shared_budgets, running.tp) == ((127,), 2)
     caveat = advice.deploy(advice.recommend(grid_rows()), running).caveat
     assert "one shared DDTree server started with SGLANG_DDTREE_BUDGET=127" in caveat
+
+
+def test_budget_auto_competes_and_its_band_asks_for_auto_under_the_budget_it_was_measured_with():
+    """auto wins at c1, loses at c4 and ties b32 at c16 (a tie keeps the fixed budget); its band sends "auto"
+    to a server of the largest budget its cells chose under, which the SGLang plugin does not serve yet."""
+    auto = advice.Setting("ddtree", "auto", None, 1.0)
+    grid = {**GRID, ("ddtree", "auto"): {1: 230.0, 4: 450.0, 16: 1300.0}}
+    recommendation = advice.recommend(grid_rows(grid=grid))
+    assert [(c.concurrency, c.chosen) for c in recommendation.choices] == [(1, auto), (4, B128), (16, B32)]
+    assert auto.label == "DDTree auto"
+    config = {"engine": "reference", "model": "M", "draft": "D", "budgets": ["auto", 32, 64]}
+    measured = advice.Measurement.from_manifest({"config": config})
+    assert measured.auto_largest == 64  # the largest fixed budget of the sweep: its DDTree server's
+    deployment = advice.deploy(recommendation, measured)
+    assert deployment.env == {"SGLANG_DDTREE_BUDGET": "128"}
+    assert [band.custom_params for band in deployment.bands] == [
+        {"ddtree_budget": "auto"}, {"ddtree_budget": 128}, {"ddtree_budget": 32}
+    ]  # fmt: skip
+    assert "budget auto: the sglang engine does not serve ddtree_budget auto yet" in deployment.caveat
+    alone = advice.Measurement.from_manifest({"config": {**config, "budgets": ["auto"]}})
+    only_auto = advice.Recommendation("tokens_per_s", ("gsm8k",), None, (_choice(1, auto),))
+    assert advice.deploy(only_auto, alone).env == {"SGLANG_DDTREE_BUDGET": "64"}
+    servers = [{"method": "ddtree", "settings": {"ddtree_budget": 255}}]
+    running = advice.Measurement.from_manifest({"config": config, "runs": [{"config": config, "servers": servers}]})
+    assert advice.deploy(only_auto, running).env == {"SGLANG_DDTREE_BUDGET": "255"}
 
 
 @pytest.mark.parametrize(

@@ -256,6 +256,23 @@ def test_summary_csv_round_trip(tmp_path):
     assert rows[-1].status == "failed" and rows[-1].error == "boom"
 
 
+def test_summary_csv_round_trip_of_a_mixed_budget_column(tmp_path):
+    """A budget column of ints and auto reads back as ints and "auto" (not strings of digits, which would match
+    no cell); report and compare label the auto cell, and its trees' depth is not capped by a budget."""
+    auto = dataclasses.replace(TREE, budget="auto")
+    records = (record(auto, 0, (1,) * 5, [1, 2, 1]), record(auto, 1, (2,) * 5, [0, 0, 2]))
+    rows = report.summarize(two_cells() + [CellResult(auto, "done", records, 0.5, None, {"block_size": 4})])
+    path = tmp_path / "summary.csv"
+    path.write_text(report.summary_csv(rows))
+    assert [line.split(",")[2] for line in path.read_text().splitlines()] == ["budget", "", "8", "auto"]
+    assert report.read_summary(path) == rows and [row.budget for row in rows] == [None, 8, "auto"]
+    assert rows[2].cell == auto and rows[2].parity == 1.0 and len(rows[2].depth_acceptance) == 3
+    assert "| DDTree auto |" in report.markdown(rows) and "| DDTree b8 * |" in report.markdown(rows)
+    sides = compare.sides_from_results(two_cells() + [CellResult(auto, "done", records, 0.5, None, {})])
+    assert compare._key_label(sides[-1].key) == "gsm8k DDTree auto T=0 c=1"
+    assert [ours.key for ours, _ in compare.match_cells(sides, sides)] == [side.key for side in sides]
+
+
 @pytest.mark.parametrize("name", ["hold_chain", "repeat", "held_out"])
 def test_summary_csv_without_a_later_column_reads_as_before_it(tmp_path, name):
     """Without hold_chain: no chain held; without repeat: repeat 1; without held_out: unknown."""
