@@ -7,15 +7,17 @@ blocks, since their cells would not be comparable. `Fleet.pools` then gives each
 the servers of the cell's method that can serve it (remote.RemoteServer.refusal: a DDTREE server serves
 every budget up to its own, through per-request custom_params) and, among DDTREE servers, only the
 narrowest of them: a server verifies at its own width (budget + 1), so a budget-15 cell sent to a
-budget-255 server would measure that server's rounds, not budget 15's. The pool's servers share the cell's
-requests round robin; a router URL is one server here. A cell no server can serve is refused before any
-cell runs. ddbench never starts, stops or reconfigures these servers.
+budget-255 server would measure that server's rounds, not budget 15's. A cell of budget `auto` goes to the
+widest of them instead, whose budget its rounds choose under (as a sweep's own servers are started with its
+largest budget). The pool's servers share the cell's requests round robin; a router URL is one server here.
+A cell no server can serve is refused before any cell runs. ddbench never starts, stops or reconfigures
+these servers.
 
 Example: --url ar=http://a:30000,dflash=http://b:30000,http://c:30000,http://d:30000 where c and d report
 DDTREE with ddtree_budget 32 and 64: an AR cell's pool is (a), a DDTree b16 or b32 cell's (c), the
 narrower of the two (with a second budget-32 server e: (c, e)), a b64 cell's (d) alone; a b128 cell is
 refused: "no URL serves gsm8k__ddtree-b128-dauto-dt1__t0__c1 (http://c:30000: budget 128 > 32;
-http://d:30000: budget 128 > 64)".
+http://d:30000: budget 128 > 64)"; where c and d are reference servers, an auto cell's pool is (d).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ddbench.config import Cell, DDBenchError, ServerURL, SweepConfig
+from ddbench.config import AUTO_BUDGET, Cell, DDBenchError, ServerURL, SweepConfig
 from ddbench.remote import RemoteServer, down, probe
 
 
@@ -109,11 +111,13 @@ class Fleet:
         return {cell: Pool(self._able(cell)) for cell in cells}
 
     def _able(self, cell: Cell) -> tuple[RemoteServer, ...]:
-        """The servers that serve `cell`; for a DDTree cell only those of the smallest width among them."""
+        """The servers that serve `cell`; for a DDTree cell only those of the smallest width among them (of the
+        largest for budget auto)."""
         able = [server for server in self.servers if server.refusal(cell) is None]
         if cell.method == "ddtree" and able:
-            narrowest = min(server.max_budget for server in able)
-            able = [server for server in able if server.max_budget == narrowest]
+            pick = max if cell.budget == AUTO_BUDGET else min
+            width = pick(server.max_budget for server in able)
+            able = [server for server in able if server.max_budget == width]
         return tuple(able)
 
     def to_manifest(self) -> list[dict[str, Any]]:

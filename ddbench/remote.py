@@ -19,8 +19,9 @@ and `describe` reads the two documents as a `RemoteServer`:
     settings    what it reported of RECORDED_KEYS and the speculative_* / ddtree_* keys (never api_key and the
                 like: SGLang's server_info holds every ServerArgs field, secrets too)
 
-A DDTREE server serves every DDTree cell up to its widths through per-request custom_params; an AR or
-DFLASH server serves the cells of its method (`refusal`).
+A DDTREE server serves every DDTree cell up to its widths through per-request custom_params, and the
+budget `auto` (chosen by the server each round, up to its own budget) where its engine serves it
+(config.auto_budget_refusal); an AR or DFLASH server serves the cells of its method (`refusal`).
 
 Worked example: our SGLang plugin started with SGLANG_DDTREE_BUDGET=63 on a block-16 drafter answers
 /server_info with SGLang's ServerArgs and, among them, {"speculative_algorithm": "DDTREE",
@@ -41,7 +42,7 @@ from typing import Any
 import httpx
 
 from ddbench.client import auth_headers
-from ddbench.config import Cell, DDBenchError, ServerURL
+from ddbench.config import AUTO_BUDGET, Cell, DDBenchError, ServerURL, auto_budget_refusal
 
 ALGORITHMS = {None: "ar", "DFLASH": "dflash", "DDTREE": "ddtree"}  # speculative_algorithm -> method
 REFERENCE_ENGINE = "ddtree_core.reference"  # server_info.engine of ddtree_core.reference.server
@@ -83,7 +84,12 @@ class RemoteServer:
         if cell.method != "ddtree":
             return None
         depth = self.block_size - 1 if cell.max_depth is None else cell.max_depth
-        if cell.budget > self.max_budget:
+        if cell.budget == AUTO_BUDGET:
+            if refusal := auto_budget_refusal(self.engine):
+                return f"budget {AUTO_BUDGET}: {refusal}"
+            if self.max_budget < 1:
+                return f"budget {AUTO_BUDGET} needs a server budget >= 1, not {self.max_budget}"
+        elif cell.budget > self.max_budget:
             return f"budget {cell.budget} > {self.max_budget}"
         if depth > self.max_depth:
             return f"depth {depth} > {self.max_depth}"

@@ -437,6 +437,22 @@ def test_a_ddtree_cell_goes_to_the_narrowest_servers_that_serve_it():
     ]  # fmt: skip
 
 
+def test_an_auto_cell_goes_to_the_widest_servers_that_serve_auto():
+    reference, sglang = ANSWERS["reference-ddtree"], ANSWERS["sglang-ddtree"]
+
+    def ddtree(host, budget, answer=reference):
+        info = {**answer["server_info"], "ddtree_budget": budget, "ddtree_top_k": budget}
+        return remote.describe(f"http://{host}:1", answer["model_info"], info)
+
+    auto, fixed = (Cell("gsm8k", "ddtree", budget, None, 1.0, 0.0, 1, False) for budget in ("auto", 8))
+    pools = Fleet((ddtree("c", 8), ddtree("d", 16), ddtree("e", 16))).pools([auto, fixed])
+    assert pools[auto].urls == ("http://d:1", "http://e:1") and pools[fixed].urls == ("http://c:1",)
+    assert ddtree("z", 0).refusal(auto) == "budget auto needs a server budget >= 1, not 0"
+    assert ddtree("s", 63, sglang).refusal(auto) == (
+        "budget auto: the sglang engine does not serve ddtree_budget auto yet (the reference engine does)"
+    )
+
+
 def test_the_reconstructed_sglang_answer_reports_what_a_live_server_did():
     def ddtree_keys(name):
         return {k: v for k, v in ANSWERS[name]["server_info"].items() if k.startswith("ddtree_") or k == "version"}
