@@ -5,8 +5,9 @@
     ddbench plot results/qwen3-8b
     ddbench compare --baseline zlab.json results/qwen3-8b
 
-Errors (unknown dataset, budget 0, a malformed baseline, a server that would not start) are one line
-on stderr and exit status 2; nothing already written is overwritten.
+Errors (unknown dataset, budget 0, budget auto where the engine does not serve it, a malformed baseline,
+a server that would not start) are one line on stderr and exit status 2; nothing already written is
+overwritten.
 """
 
 from __future__ import annotations
@@ -63,7 +64,13 @@ def sweep(
         Csv, typer.Option(help="Methods, comma list of ar, dflash, ddtree; ar and dflash always run (default: all).")
     ] = None,
     budgets: Annotated[
-        Csv, typer.Option(help="DDTree node budgets, comma list (default: 16,32,64,128; on a CPU 4,8,16).")
+        Csv,
+        typer.Option(
+            help="DDTree node budgets, comma list of integers >= 1 and 'auto' (default: 16,32,64,128; on a CPU "
+            "4,8,16). 'auto': the server chooses each round's budget (the reference engine; SGLang not yet) under "
+            "the largest integer of the list, which the DDTree server is started with (64 if auto is alone); with "
+            "--url, under the budget of the widest DDTREE server."
+        ),
     ] = None,
     depths: Annotated[
         Csv, typer.Option(help="DDTree depth limits, comma list; 'auto' = block size - 1 (default: auto).")
@@ -470,7 +477,7 @@ def baseline_command(
     data_dir: Annotated[str | None, typer.Option(help="Offline dataset mirror.")] = None,
     num_prompts: Annotated[int | None, typer.Option(help="Prompts per dataset (default: the dataset's).")] = None,
     max_new_tokens: Annotated[int, typer.Option(help="Generated tokens per response at most.")] = 2048,
-    budgets: Annotated[str, typer.Option(help="DDTree node budgets, comma list.")] = "16,32,64,128",
+    budgets: Annotated[str, typer.Option(help="DDTree node budgets, comma list of integers >= 1.")] = "16,32,64,128",
     temperatures: Annotated[str, typer.Option(help="Temperatures, comma list.")] = "0",
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16")] = "auto",
@@ -478,6 +485,7 @@ def baseline_command(
 ) -> None:
     """Run the reference engine in-process with the offline harness's semantics and write zlab.json."""
     from ddbench.baseline import run_baseline, write_baseline
+    from ddbench.config import AUTO_BUDGET
 
     if out.exists() and not overwrite:  # checked first: the run below takes minutes
         raise fail(f"{out} exists; choose another --out or pass --overwrite")
@@ -486,6 +494,8 @@ def baseline_command(
             {"model": model, "draft": draft, "datasets": datasets, "budgets": budgets, "temperatures": temperatures},
             {"num_prompts": num_prompts, "max_new_tokens": max_new_tokens, "data_dir": data_dir},
         )
+        if AUTO_BUDGET in config.budgets:
+            raise DDBenchError(f"--budgets {AUTO_BUDGET}: a baseline runs fixed budgets only (ddbench sweep runs auto)")
         from ddbench.client import load_prompts
 
         prompts = load_prompts(config)

@@ -1,7 +1,7 @@
 """The `/generate` client: one request in SGLang's protocol timed on the client side, and a cell's requests.
 
 Requests carry token ids (`input_ids`), so every engine sees exactly the same prompt. Per-request
-DDTree settings travel in `sampling_params.custom_params` (ddtree_budget, ddtree_max_depth,
+DDTree settings travel in `sampling_params.custom_params` (ddtree_budget: an int or "auto", ddtree_max_depth,
 ddtree_draft_temperature, and `"ddtree_hold_chain": true` for held cells only, so servers without the
 knob serve the others). With `stream=True` the server sends server-sent events
 (`data: {...}` ... `data: [DONE]`); the client then records time to first token and the gaps between
@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from ddbench.config import Cell, DDBenchError, SweepConfig, dataset_label
+from ddbench.config import AUTO_BUDGET, Cell, DDBenchError, SweepConfig, dataset_label
 from ddbench.results import RequestRecord, prompt_hash
 from ddtree_core.settings import PARAM_HOLD_CHAIN, TreeSettings
 
@@ -57,7 +57,7 @@ def sampling_params(cell: Cell, config: SweepConfig, explicit_block: int | None 
     Servers ddbench starts have the defaults it gave them, so a depth of `auto` and unheld trees go unsaid.
     Running servers (`explicit_block`: their drafter's block) have their own: every knob is then sent,
     e.g. {"ddtree_budget": 8, "ddtree_draft_temperature": 1.0, "ddtree_max_depth": 15, "ddtree_hold_chain":
-    false} for an auto-depth cell and a block of 16.
+    false} for an auto-depth cell and a block of 16; a cell of budget auto sends "ddtree_budget": "auto".
     """
     params: dict[str, Any] = {
         "temperature": cell.temperature,
@@ -67,7 +67,9 @@ def sampling_params(cell: Cell, config: SweepConfig, explicit_block: int | None 
     }
     if cell.method == "ddtree":
         depth = cell.max_depth if cell.max_depth is not None or explicit_block is None else explicit_block - 1
-        custom = TreeSettings(cell.budget, depth, cell.draft_temperature, cell.hold_chain).to_custom_params()
+        auto = cell.budget == AUTO_BUDGET  # "ddtree_budget": "auto", under the server's own budget
+        budget = 0 if auto else cell.budget
+        custom = TreeSettings(budget, depth, cell.draft_temperature, cell.hold_chain, auto).to_custom_params()
         if not (cell.hold_chain or explicit_block is not None):
             del custom[PARAM_HOLD_CHAIN]  # what the server ddbench started holds already
         params["custom_params"] = custom

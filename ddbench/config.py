@@ -18,7 +18,9 @@ Example `configs/smoke.toml`:
     max_new_tokens = 16
     repeats = 3
 
-and against running servers (`--url`; engine, model and drafter default to what the servers report):
+`budgets = ["auto", 15, 63]` adds a cell whose budget the server chooses each round (`AUTO_BUDGET`), under
+the largest fixed budget of the list (`SweepConfig.largest_budget`). Against running servers (`--url`; engine,
+model and drafter default to what the servers report):
 
     [sweep]
     url = ["ar=http://node1:30000", "dflash=http://node2:30000", "http://node3:30000", "http://node4:30000"]
@@ -76,7 +78,7 @@ class SweepConfig:
     model: str = ""  # target model folder or hub id
     draft: str = ""  # DFlash drafter folder or hub id
     methods: tuple[str, ...] = METHODS  # ar and dflash always; drop ddtree to measure the baselines alone
-    budgets: tuple[int, ...] = (16, 32, 64, 128)  # DDTree node budgets (non-root nodes)
+    budgets: tuple[int | str, ...] = (16, 32, 64, 128)  # DDTree node budgets (non-root nodes), or AUTO_BUDGET
     depths: tuple[int | None, ...] = (None,)  # DDTree depth limits; None = drafter block size - 1
     draft_temperatures: tuple[float, ...] = (1.0,)
     hold_chain: tuple[bool, ...] = (False,)  # DDTree: plain trees (False), trees holding the rank-0 chain (True)
@@ -105,6 +107,15 @@ class SweepConfig:
 
     def __post_init__(self) -> None:
         _validate(self)
+
+    @property
+    def largest_budget(self) -> int:
+        """The budget of a DDTree server that ddbench starts for several budgets (its --budget, or
+        SGLANG_DDTREE_BUDGET; requests lower it), which an `auto` cell chooses under: the largest fixed budget
+        of `budgets`, else AUTO_LARGEST_DEFAULT.
+
+        Example: budgets auto,15,63 -> 63; budgets auto -> 64."""
+        return largest_budget(self.budgets)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as the manifest records it: URLs in their --url form, the API key left out."""
@@ -328,7 +339,9 @@ def _coerce(key: str, value: Any) -> Any:
         return parse_urls(value)
     if key == "depths":
         return tuple(None if item in (None, "auto", "none", "") else int(item) for item in as_list(value))
-    if key in ("budgets", "concurrency"):
+    if key == "budgets":
+        return tuple(parse_budget(item) for item in as_list(value))
+    if key == "concurrency":
         return tuple(_number(int, item) for item in as_list(value))
     if key in ("draft_temperatures", "temperatures"):
         return tuple(_number(float, item) for item in as_list(value))
@@ -406,8 +419,10 @@ def _validate(config: SweepConfig) -> None:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {config.engine!r}")
     if not {"ar", "dflash"} <= set(config.methods) or not set(config.methods) <= set(METHODS):
         raise ValueError(f"methods must include ar and dflash, out of {', '.join(METHODS)}; got {list(config.methods)}")
-    if not config.budgets or any(budget < 1 for budget in config.budgets):
-        raise ValueError(f"budgets must be >= 1, got {list(config.budgets)}")
+    if not config.budgets or any(b != AUTO_BUDGET and not (type(b) is int and b >= 1) for b in config.budgets):
+        raise ValueError(f"--budgets takes integers >= 1 or {AUTO_BUDGET}, got {list(config.budgets)}")
+    if AUTO_BUDGET in config.budgets and "ddtree" in config.methods and (refusal := auto_budget_refusal(config.engine)):
+        raise ValueError(f"--budgets {AUTO_BUDGET}: {refusal}")
     if any(depth is not None and depth < 1 for depth in config.depths) or not config.depths:
         raise ValueError(f"depths must be >= 1, got {list(config.depths)}")
     if not config.draft_temperatures or any(t <= 0 for t in config.draft_temperatures):

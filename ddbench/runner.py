@@ -42,7 +42,7 @@ import httpx
 
 from ddbench import env
 from ddbench.client import Inputs, run_cell
-from ddbench.config import RUN_DEFINING, Cell, DDBenchError, SweepConfig, dataset_label, expand_cells
+from ddbench.config import AUTO_BUDGET, RUN_DEFINING, Cell, DDBenchError, SweepConfig, dataset_label, expand_cells
 from ddbench.fleet import Fleet, Pool
 from ddbench.results import RunFolder, merge_requests, write_json
 from ddbench.server import LaunchSettings, Server, ServerError, ServerSpec, last_log_line
@@ -224,12 +224,17 @@ def plan_slots(config: SweepConfig) -> list[Slot]:
 
 
 def server_spec(config: SweepConfig, cell: Cell) -> ServerSpec:
-    """The server a cell needs (without devices); cells with equal specs can share one server."""
+    """The server a cell needs (without devices); cells with equal specs can share one server.
+
+    A DDTree server is started with the cell's setting (--restart-per-budget), or shared by every DDTree cell
+    at the sweep's largest budget where the engine needs one (SGLang) or an `auto` cell chooses under it
+    (`SweepConfig.largest_budget`); else the engine's defaults (the reference server's --budget 64)."""
     launch = None
     if cell.method == "ddtree" and config.restart_per_budget:
-        launch = LaunchSettings(cell.budget, cell.max_depth, cell.draft_temperature)
-    elif cell.method == "ddtree" and config.engine == "sglang":
-        launch = LaunchSettings(max(config.budgets), None, 1.0)  # widest tree; requests narrow it
+        budget = config.largest_budget if cell.budget == AUTO_BUDGET else cell.budget
+        launch = LaunchSettings(budget, cell.max_depth, cell.draft_temperature)
+    elif cell.method == "ddtree" and (config.engine == "sglang" or AUTO_BUDGET in config.budgets):
+        launch = LaunchSettings(config.largest_budget, None, 1.0)  # widest tree; requests narrow it
     return ServerSpec(
         engine=config.engine,
         method=cell.method,

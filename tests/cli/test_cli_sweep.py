@@ -253,11 +253,61 @@ def test_unknown_dataset_exits_2_and_writes_nothing(tiny_pair, tmp_path):
     assert not out.exists()
 
 
-def test_budget_zero_exits_2(tiny_pair, prompt_file, tmp_path):
-    result = runner.invoke(app, sweep_args(tiny_pair, prompt_file, tmp_path / "run", "--budgets", "0"))
+@pytest.mark.parametrize("budgets", ["0", "-3", "abc", "8,1.5"])
+def test_bad_budgets_exit_2_with_one_line_naming_the_flag(tiny_pair, prompt_file, tmp_path, budgets):
+    result = runner.invoke(app, sweep_args(tiny_pair, prompt_file, tmp_path / "run", "--budgets", budgets))
     assert result.exit_code == 2
-    assert result.stderr == "error: budgets must be >= 1, got [0]\n"
+    bad = budgets.split(",")[-1]
+    assert result.stderr == f"error: --budgets (`budgets` in a config): takes integers >= 1 or auto, got '{bad}'\n"
     assert not (tmp_path / "run").exists()
+
+
+def test_budget_auto_on_sglang_exits_2_before_anything(tiny_pair, prompt_file, tmp_path):
+    """The SGLang plugin does not serve ddtree_budget auto: refused up front, whatever the GPUs."""
+    args = sweep_args(tiny_pair, prompt_file, tmp_path / "run", "--budgets", "auto,8")
+    args[args.index("reference")] = "sglang"
+    result = runner.invoke(app, [*args, "--gpus", "0"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: --budgets auto: the sglang engine does not serve ddtree_budget auto yet (the reference engine does)\n"
+    )
+    assert not (tmp_path / "run").exists()
+    assert "'auto'" in runner.invoke(app, ["sweep", "--help"]).output
+
+
+def test_budget_auto_cell_on_the_reference_engine(swept, tiny_pair, prompt_file, tmp_path):
+    """--budgets auto,2,8 into a finished 2,8 sweep runs the auto cell alone, on a DDTree server started with
+    budget 8 (auto chooses under it): labelled auto everywhere, greedy outputs equal AR's, tau within the
+    block; report, compare, recommend and plot read the mixed budget column."""
+    out = tmp_path / "run"
+    shutil.copytree(swept, out)
+    result = runner.invoke(app, sweep_args(tiny_pair, prompt_file, out, "--budgets", "auto,2,8"))
+    assert result.exit_code == 0, result.output
+    assert "1 cells run, 4 already done" in result.output and "DDTree auto" in result.output
+    rows = summary_rows(out)
+    auto = rows[-1]
+    assert [row["budget"] for row in rows] == ["", "", "2", "8", "auto"]
+    assert auto["cell_id"] == "tiny__ddtree-bauto-dauto-dt1__t0__c1" and auto["status"] == "done"
+    assert auto["parity"] == "1.0" and 1.0 <= float(auto["acceptance_length"]) <= 4  # block 4
+    done = json.loads((out / "cells" / f"{auto['cell_id']}.json").read_text())
+    assert done["cell"]["budget"] == "auto" and done["server"]["label"] == "reference-ddtree-b8-dauto-dt1"
+    records = [json.loads(line) for line in (out / "cells" / f"{auto['cell_id']}.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and all(record["budget"] == "auto" for record in records)
+    assert all(0 < record["meta_info"]["ddtree_mean_tree_nodes"] <= 8 for record in records)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["budgets"] == ["auto", 2, 8] and manifest["cells"][-1]["budget"] == "auto"
+    report = runner.invoke(app, ["report", str(out), "--markdown", str(tmp_path / "report.md")])
+    assert report.exit_code == 0 and "| DDTree auto |" in (tmp_path / "report.md").read_text()
+    itself = runner.invoke(app, ["compare", "--baseline", str(out), str(out)])
+    assert itself.exit_code == 0 and "DDTree auto" in itself.output
+    assert "5 of 5 matched cells within tolerance" in itself.output
+    against = runner.invoke(app, ["compare", "--baseline", str(swept), str(out), "--no-speed"])
+    assert against.exit_code == 0 and "4 of 4 matched cells within tolerance" in against.output
+    advice = runner.invoke(app, ["recommend", str(out)])
+    assert advice.exit_code == 0, advice.output
+    plots = runner.invoke(app, ["plot", str(out), "--out", str(tmp_path / "plots")])
+    assert plots.exit_code == 0, plots.output
+    assert (tmp_path / "plots" / "speedup_vs_budget.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_folder_of_another_sweep_is_refused(swept, tiny_pair, prompt_file):
@@ -456,6 +506,15 @@ def test_baseline_refuses_to_replace_a_file(tiny_pair, tmp_path):
     assert result.exit_code == 2
     assert result.stderr.strip() == f"error: {out} exists; choose another --out or pass --overwrite"
     assert out.read_text() == "{}"
+
+
+def test_baseline_refuses_budget_auto(tiny_pair, prompt_file, tmp_path):
+    target, drafter = tiny_pair
+    out = tmp_path / "zlab.json"
+    args = ["baseline", "--model", str(target), "--draft", str(drafter), "--datasets", str(prompt_file)]
+    result = runner.invoke(app, [*args, "--budgets", "auto,2", "--out", str(out)])
+    assert result.exit_code == 2 and not out.exists()
+    assert result.stderr == "error: --budgets auto: a baseline runs fixed budgets only (ddbench sweep runs auto)\n"
 
 
 def test_piped_progress_prints_a_line_per_finished_cell():

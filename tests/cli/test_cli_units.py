@@ -84,7 +84,7 @@ def test_baselines_only():
 @pytest.mark.parametrize(
     "values, message",
     [
-        ({"budgets": "16,0"}, "budgets must be >= 1"),
+        ({"budgets": "16,0"}, "--budgets (`budgets` in a config): takes integers >= 1 or auto, got '0'$"),
         ({"engine": "vllm"}, "engine must be one of"),
         ({"datasets": "gsm8k,nope"}, "unknown dataset 'nope'"),
         ({"gpus": "0-2", "tp": 2}, "--tp 2 must divide the 3 GPUs"),
@@ -98,15 +98,47 @@ def test_baselines_only():
         ({"hold_chain": ""}, "hold_chain must list 0 or 1, got"),
         ({"repeats": 0}, "repeats must be an integer >= 1, got 0$"),
         ({"repeats": 2.5}, "repeats must be an integer >= 1, got 2.5$"),
-        ({"budgets": "abc"}, "--budgets (`budgets` in a config): expected integers, got 'abc'$"),
+        ({"budgets": "abc"}, "--budgets (`budgets` in a config): takes integers >= 1 or auto, got 'abc'$"),
+        ({"budgets": "-3"}, "--budgets (`budgets` in a config): takes integers >= 1 or auto, got '-3'$"),
+        ({"budgets": [8, 2.5]}, "--budgets (`budgets` in a config): takes integers >= 1 or auto, got 2.5$"),
+        ({"budgets": ""}, "--budgets takes integers >= 1 or auto, got \\[\\]$"),
+        ({"engine": "sglang", "gpus": "0", "budgets": "auto,15"}, "--budgets auto: the sglang engine does not serve"),
         ({"temperatures": "0,hot"}, "--temperatures (`temperatures` in a config): expected numbers, got 'hot'$"),
     ],
     ids=["budget-zero", "engine", "dataset", "tp", "sglang-cpu", "temperature", "unknown-key", "gpus", "stream"]
-    + ["methods", "hold-chain", "hold-chain-empty", "repeats-zero", "repeats-fraction", "budget-word", "temp-word"],
+    + ["methods", "hold-chain", "hold-chain-empty", "repeats-zero", "repeats-fraction", "budget-word"]
+    + ["budget-negative", "budget-toml-float", "budgets-empty", "budget-auto-sglang", "temp-word"],
 )
 def test_bad_settings_raise_one_line(values, message):
     with pytest.raises(DDBenchError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
         build_config({**MODELS, **values}, {})
+
+
+def test_auto_budget_from_a_flag_and_a_config_file(tmp_path):
+    """`auto` sits among the budgets as a string, in the given order, from a flag or a TOML list; its cell id
+    reads bauto; the DDTree server is started with the largest fixed budget, or 64 for auto alone."""
+    flag = build_config({**MODELS, "budgets": "auto,15,63"}, {})
+    path = tmp_path / "auto.toml"
+    path.write_text('[sweep]\nbudgets = ["auto", 15, 63]\n')
+    assert build_config({**read_config_file(str(path)), **MODELS}, {}).budgets == flag.budgets == ("auto", 15, 63)
+    trees = [cell for cell in expand_cells(flag) if cell.method == "ddtree"]
+    assert [cell.cell_id for cell in trees][0] == "gsm8k__ddtree-bauto-dauto-dt1__t0__c1"
+    assert {server_spec(flag, cell).launch for cell in trees} == {LaunchSettings(63, None, 1.0)}
+    assert server_spec(flag, trees[0]).command(1)[-4:] == ["--budget", "63", "--draft-temperature", "1.0"]
+    alone = build_config({**MODELS, "budgets": "auto"}, {})
+    assert server_spec(alone, expand_cells(alone)[2]).launch == LaunchSettings(64, None, 1.0)
+    fixed = build_config({**MODELS, "budgets": "15,63"}, {})  # no auto: the reference server's own default
+    assert server_spec(fixed, expand_cells(fixed)[2]).launch is None
+    per_budget = build_config({**MODELS, "budgets": "auto,15", "restart_per_budget": True}, {})
+    launches = [server_spec(per_budget, cell).launch for cell in expand_cells(per_budget)[2:]]
+    assert [launch.budget for launch in launches] == [15, 15]
+
+
+def test_auto_largest_default_is_the_reference_servers_budget():
+    from ddbench.config import AUTO_LARGEST_DEFAULT
+    from ddtree_core.reference.server import _parser
+
+    assert _parser().get_default("budget") == AUTO_LARGEST_DEFAULT
 
 
 def test_flags_override_the_config_file():
@@ -573,6 +605,16 @@ def test_client_plain_request_sends_ids_and_custom_params():
     assert seen["input_ids"] == [1, 2] and seen["stream"] is False
     assert seen["sampling_params"]["custom_params"] == {"ddtree_budget": 8, "ddtree_draft_temperature": 1.0}
     assert (completion.output_ids, completion.finish_reason, completion.ttft_s) == ((3, 4), "length", None)
+
+
+def test_client_sends_budget_auto():
+    config = build_config({**MODELS, "budgets": "auto"}, {})
+    auto = dataclasses.replace(TREE, budget="auto")
+    assert client.sampling_params(auto, config)["custom_params"] == {
+        "ddtree_budget": "auto", "ddtree_draft_temperature": 1.0
+    }  # fmt: skip
+    running = client.sampling_params(auto, config, explicit_block=4)["custom_params"]
+    assert running["ddtree_budget"] == "auto" and running["ddtree_max_depth"] == 3
 
 
 def test_client_sends_hold_chain_only_for_held_cells():

@@ -216,6 +216,39 @@ def closed_port_url() -> str:
         return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
+def test_budget_auto_runs_on_running_reference_servers(url_swept, servers, prompt_file, tmp_path):
+    """An auto cell added to a finished url sweep asks both budget-8 DDTREE servers for "ddtree_budget": "auto"
+    and gives AR's greedy outputs."""
+    out = tmp_path / "run"
+    shutil.copytree(url_swept, out)
+    result = runner.invoke(app, url_args(servers, prompt_file, out, "--budgets", "auto,2,8"))
+    assert result.exit_code == 0, result.output
+    assert "1 cells run, 4 already done" in result.output
+    auto = {key: row for key, row in records(out).items() if key[0] == "tiny__ddtree-bauto-dauto-dt1__t0__c1"}
+    assert len(auto) == 4 and {row["server_url"] for row in auto.values()} == {
+        servers["ddtree1"].url, servers["ddtree2"].url
+    }  # fmt: skip
+    ar = records(out)
+    assert all(row["output_ids"] == ar[("tiny__ar__t0__c1", *key[1:])]["output_ids"] for key, row in auto.items())
+    assert all(0 < row["meta_info"]["ddtree_mean_tree_nodes"] <= 8 for row in auto.values())
+
+
+def test_budget_auto_on_running_sglang_servers_exits_2_before_any_cell(monkeypatch, prompt_file, tmp_path):
+    described = [
+        remote.describe(f"http://n{i}:1", ANSWERS[name]["model_info"], ANSWERS[name]["server_info"])
+        for i, name in enumerate(("sglang-ar", "sglang-dflash", "sglang-ddtree"))
+    ]
+    monkeypatch.setattr("ddbench.fleet.probe", lambda url, key: described[int(url.url[8])])
+    out = tmp_path / "run"
+    args = ["sweep", "--url", "http://n0:1,http://n1:1,http://n2:1", "--datasets", str(prompt_file), "--out", str(out)]
+    result = runner.invoke(app, [*args, "--budgets", "auto,16"])
+    assert result.exit_code == 2 and not out.exists()
+    assert result.stderr == (
+        "error: --budgets auto: the sglang engine does not serve ddtree_budget auto yet (the reference engine does)\n"
+    )
+    assert runner.invoke(app, [*args, "--budgets", "16", "--dry-run"]).exit_code == 0
+
+
 def test_bad_urls_exit_2_before_any_cell_with_one_line(servers, prompt_file, tmp_path):
     ar, dflash, tree1, tree2 = (servers[name].url for name in ("ar", "dflash", "ddtree1", "ddtree2"))
     silent = closed_port_url()
