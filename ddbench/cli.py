@@ -187,6 +187,8 @@ def sweep(
         values = read_config_file(config) if config else {}
         values.update({key: value for key, value in flags.items() if value is not None})
         fleet = _running_servers(values)
+        if fleet is None:  # ddbench starts the servers
+            _need_engine(values.get("engine"))
         sweep_config = build_config(_machine_defaults(values, fleet), {})
         if dry_run:
             _print_plan(plan_sweep(sweep_config, fleet), sweep_config)
@@ -284,6 +286,13 @@ def _machine_defaults(values: dict, fleet: Fleet | None = None) -> dict:
         data_dir = default_data_dir(values.get("data_dir"))  # recorded in the manifest as resolved
         values["data_dir"] = str(data_dir) if data_dir else None
     return values
+
+
+def _need_engine(engine: str | None) -> None:
+    """DDBenchError, in one line naming the extra to install, when ddbench would start servers of `engine`
+    and that engine's package is not importable here."""
+    if engine == "sglang" and not env.sglang_available():
+        raise DDBenchError("the sglang engine needs sglang: pip install 'ddtree[sglang]'")
 
 
 def _progress():
@@ -536,6 +545,7 @@ def serve(
 
     try:
         engine = engine or env.default_engine()
+        _need_engine(engine)
         if model is None:  # the testbed pair
             from ddbench import testbed
 

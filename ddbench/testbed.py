@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Column
 
@@ -363,14 +364,14 @@ def _progress(console: Console | None) -> Progress:
 @contextmanager
 def _step(progress: Progress, description: str) -> Iterator[None]:
     """One line of progress: a spinner while the block runs, then a check mark, or a cross and why."""
-    task = progress.add_task(description, total=1)
+    task = progress.add_task(escape(description), total=1)
     try:
         yield
     except BaseException as error:
         reason = f": {error}" if isinstance(error, SourceUnavailableError) else ""
-        progress.update(task, completed=1, description=f"[red]✗[/red] {description}{reason}")
+        progress.update(task, completed=1, description=f"[red]✗[/red] {escape(description + reason)}")
         raise
-    progress.update(task, completed=1, description=f"[green]✓[/green] {description}")
+    progress.update(task, completed=1, description=f"[green]✓[/green] {escape(description)}")
 
 
 def is_testbed_drafter(draft: str | Path) -> bool:
@@ -405,7 +406,7 @@ def train_prompts(data_dir: str | Path | None = None, synthetic: dict[str, int] 
 
 
 def _family_counts(spec: str) -> dict[str, int]:
-    """"math=6000,chat=5000" -> {"math": 6000, "chat": 5000}; ValueError naming --synthetic otherwise."""
+    """--synthetic "math=6000,chat=5000" -> {"math": 6000, "chat": 5000}; else ValueError naming --synthetic."""
     counts = {}
     for item in filter(None, spec.split(",")):
         family, _, count = item.partition("=")

@@ -194,8 +194,10 @@ BAD_BODIES = {
     "string_temperature": {"input_ids": [1], "sampling_params": {"temperature": "hot"}},
     "negative_temperature": {"input_ids": [1], "sampling_params": {"temperature": -1}},
     "zero_top_p": {"input_ids": [1], "sampling_params": {"top_p": 0}},
-    "zero_max_tokens": {"input_ids": [1], "sampling_params": {"max_new_tokens": 0}},
+    "negative_max_tokens": {"input_ids": [1], "sampling_params": {"max_new_tokens": -1}},
     "float_max_tokens": {"input_ids": [1], "sampling_params": {"max_new_tokens": 2.5}},
+    "string_max_tokens": {"input_ids": [1], "sampling_params": {"max_new_tokens": "8"}},
+    "max_tokens_over_context": {"input_ids": [1], "sampling_params": {"max_new_tokens": 10**9}},
     "unknown_param": {"input_ids": [1], "sampling_params": {"bogus": 1}},
     "penalty": {"input_ids": [1], "sampling_params": {"frequency_penalty": 0.5}},
     "bad_stop": {"input_ids": [1], "sampling_params": {"stop": [""]}},
@@ -205,6 +207,7 @@ BAD_BODIES = {
     "huge_budget": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_budget": 1_000_000_000}}},
     "string_budget": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_budget": "64"}}},
     "float_budget": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_budget": 8.5}}},
+    "auto_budget_unserved": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_budget": "auto"}}},
     "zero_depth": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_max_depth": 0}}},
     "zero_draft_temperature": {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_draft_temperature": 0}}},
     "nan_draft_temperature": b'{"input_ids": [1], "sampling_params": {"custom_params": '
@@ -239,22 +242,72 @@ def test_custom_params_set_the_tree(url):
     assert mean_nodes(0) == 0 and mean_nodes(1) == 1 and mean_nodes(2) == 2 and mean_nodes(16) > 2
 
 
+BUDGET = "custom_params.ddtree_budget must be an int in [0, 16] (the server's budget), got "
+DEPTH = "custom_params.ddtree_max_depth must be an int in [1, 5] (the server's depth limit), got "
+DRAFT_TEMPERATURE = "custom_params.ddtree_draft_temperature must be a finite number > 0, got "
+
+
 @pytest.mark.parametrize(
-    "custom, message",
+    "params, message",
     [
-        (
-            {"ddtree_budget": 1_000_000_000},
-            "custom_params.ddtree_budget must be an int in [0, 16] (the server's budget)",
-        ),
-        ({"ddtree_budget": -1}, "custom_params.ddtree_budget must be an int in [0, 16]"),
-        ({"ddtree_max_depth": 6}, "custom_params.ddtree_max_depth must be an int in [1, 5] (the server's depth limit)"),
-        ({"ddtree_draft_temperature": -2}, "custom_params.ddtree_draft_temperature must be a finite number > 0"),
-        ({"ddtree_budgte": 8}, "custom_params.ddtree_budgte is unknown; known: ddtree_budget, ddtree_max_depth"),
+        ({"custom_params": {"ddtree_budget": 1_000_000_000}}, BUDGET + "1000000000"),
+        ({"custom_params": {"ddtree_budget": -1}}, BUDGET + "-1"),
+        ({"custom_params": {"ddtree_budget": "64"}}, BUDGET + "'64'"),
+        ({"custom_params": {"ddtree_budget": "auto"}}, BUDGET + "'auto'"),  # this server prices no budgets
+        ({"custom_params": {"ddtree_budget": 8.0}}, BUDGET + "8.0"),
+        ({"custom_params": {"ddtree_max_depth": 0}}, DEPTH + "0"),
+        ({"custom_params": {"ddtree_max_depth": 6}}, DEPTH + "6"),  # the block is 6: 5 drafted positions
+        ({"custom_params": {"ddtree_draft_temperature": 0}}, DRAFT_TEMPERATURE + "0"),
+        ({"custom_params": {"ddtree_draft_temperature": -2}}, DRAFT_TEMPERATURE + "-2"),
+        ({"custom_params": {"ddtree_draft_temperature": float("nan")}}, DRAFT_TEMPERATURE + "nan"),
+        ({"custom_params": {"ddtree_draft_temperature": float("inf")}}, DRAFT_TEMPERATURE + "inf"),
+        ({"custom_params": {"ddtree_budgte": 8}}, "custom_params.ddtree_budgte is unknown; known: ddtree_budget, "),
+        ({"max_new_tokens": -1}, "max_new_tokens must be an int in [0, 32767] (the context 32768 less the prompt's 1"),
+        ({"max_new_tokens": 2.5}, "max_new_tokens must be an int in [0, 32767] (the context 32768 less the prompt's 1"),
+        ({"max_new_tokens": 32768}, "max_new_tokens must be an int in [0, 32767] (the context 32768 less the prompt"),
     ],
 )
-def test_bad_custom_params_name_the_field_and_range(url, custom, message):
-    status, out = call(url, "/generate", {"input_ids": [1], "sampling_params": {"custom_params": custom}})
+def test_bad_requests_name_the_field_and_range(url, parts, params, message):
+    """Each refusal is one line that names the field, the range it allows and the value sent (JSON's NaN and
+    Infinity included, which Python's json writes and reads)."""
+    assert parts[0].config.max_position_embeddings == 32768
+    status, out = call(url, "/generate", {"input_ids": [1], "sampling_params": params})
     assert status == 400 and out["error"]["message"].startswith(message), out
+
+
+def test_a_prompt_over_the_context_names_its_length_and_the_context(url):
+    status, out = call(url, "/generate", {"input_ids": [1] * 32768})
+    assert (status, out) == (400, {"error": {"message": "the prompt has 32768 tokens; it must be shorter than the "
+                                                        "context (32768)"}})  # fmt: skip
+
+
+def test_a_huge_budget_is_refused_before_any_allocation(parts, monkeypatch):
+    """ddtree_budget 10**9 is refused by the range check, before the engine builds a proposer or sizes a
+    buffer by it."""
+    from ddtree_core.reference import server
+
+    for name in ("generate", "DFlashProposer"):
+        monkeypatch.setattr(server, name, lambda *a, **k: pytest.fail("reached the engine"))
+    body = {"input_ids": [1], "sampling_params": {"custom_params": {"ddtree_budget": 10**9}}}
+    with pytest.raises(server.RequestError, match=r"ddtree_budget must be an int in \[0, 16\]"):
+        engine_for(parts).generate(body)
+
+
+@pytest.mark.parametrize("method", ["ddtree", "ar"])
+def test_zero_max_new_tokens_is_an_empty_completion_as_sglang(url, parts, method):
+    """max_new_tokens 0 (SGLang: valid, prefill only) answers no tokens, finished by length; a budget of 0
+    (the bonus token only) is valid too."""
+    params = {"max_new_tokens": 0, "custom_params": {"ddtree_budget": 0}}
+    if method == "ddtree":
+        status, out = call(url, "/generate", {"input_ids": PROMPT, "sampling_params": params})
+        assert status == 200
+    else:
+        out = engine_for(parts, method="ar").generate({"input_ids": PROMPT, "sampling_params": params})
+    assert (out["text"], out["output_ids"]) == ("", [])
+    meta = out["meta_info"]
+    assert meta["finish_reason"] == {"type": "length", "length": 0}
+    assert (meta["prompt_tokens"], meta["completion_tokens"]) == (5, 0)
+    assert meta.get("spec_verify_ct", 0) == 0
 
 
 def test_hold_chain_custom_param_at_budget_depth_accepts_as_dflash(url, parts):

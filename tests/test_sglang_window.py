@@ -2,6 +2,7 @@
 
 import logging
 import sys
+import types
 
 import pytest
 
@@ -71,3 +72,41 @@ def test_register_goes_on_with_the_override(sglang_0_5_23, monkeypatch, caplog):
     with caplog.at_level(logging.DEBUG), pytest.raises(ImportError):
         plugin.register()  # past the check, into SGLang's modules
     assert [record.levelname for record in caplog.records] == ["WARNING"]
+
+
+@pytest.fixture
+def fake_sglang(monkeypatch):
+    """A stand-in SGLang package of a chosen version (sglang.__version__, from sglang.version as SGLang's
+    own __init__ takes it) whose other modules cannot be imported; the real one, if any, comes back after."""
+
+    def install(version: str) -> None:
+        package = types.ModuleType("sglang")
+        package.__path__ = []
+        package.__version__ = version
+        version_module = types.ModuleType("sglang.version")
+        version_module.__version__ = version
+        monkeypatch.setitem(sys.modules, "sglang", package)
+        monkeypatch.setitem(sys.modules, "sglang.version", version_module)
+        for name in ("sglang.srt.managers.schedule_batch", "sglang.srt.plugins.hook_registry"):
+            monkeypatch.setitem(sys.modules, name, None)
+
+    monkeypatch.setattr(plugin, "_registered", False)
+    monkeypatch.delenv("SGLANG_DDTREE_ALLOW_UNTESTED", raising=False)
+    return install
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.23", "0.6.0"])
+def test_register_on_an_sglang_outside_the_window_refuses_in_one_line(fake_sglang, caplog, version):
+    fake_sglang(version)
+    with caplog.at_level(logging.DEBUG):
+        assert plugin.register() is False
+    line = REFUSED_0_5_23.replace("0.5.23", version)
+    assert [(record.levelname, record.getMessage()) for record in caplog.records] == [("ERROR", line)]
+
+
+@pytest.mark.parametrize("version", ["0.5.15", "0.5.15.post1"])
+def test_register_on_a_supported_sglang_goes_past_the_check(fake_sglang, caplog, version):
+    fake_sglang(version)
+    with caplog.at_level(logging.DEBUG), pytest.raises(ImportError):
+        plugin.register()  # past the check, into SGLang's modules
+    assert caplog.records == []

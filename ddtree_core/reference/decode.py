@@ -44,7 +44,7 @@ STAGES = ("draft_prefill", "draft", "tree_build", "tree_compile", "verify", "com
 class SamplingConfig:
     """How the target's tokens are chosen and when a response ends (SGLang's sampling_params)."""
 
-    max_new_tokens: int = 128
+    max_new_tokens: int = 128  # 0: prefill only, an empty response that finishes by length (as SGLang)
     temperature: float = 0.0  # 0: greedy (argmax)
     top_p: float = 1.0
     top_k: int = -1  # -1 or 0: the whole vocabulary
@@ -52,8 +52,8 @@ class SamplingConfig:
     seed: int | None = None  # seeds a private generator; None uses torch's global RNG
 
     def __post_init__(self):
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {self.temperature}, {self.top_p}")
 
@@ -220,7 +220,7 @@ class _Output:
         self.max_new_tokens = sampling.max_new_tokens
         self.stop_ids = frozenset(sampling.stop_token_ids)
         self.stop_check = stop_check
-        self.finish: tuple[str, int | str | None] | None = None
+        self.finish: tuple[str, int | str | None] | None = ("length", None) if self.max_new_tokens == 0 else None
 
     def extend(self, tokens: Sequence[int]) -> None:
         for token in tokens:

