@@ -262,8 +262,10 @@ def test_bad_budgets_exit_2_with_one_line_naming_the_flag(tiny_pair, prompt_file
     assert not (tmp_path / "run").exists()
 
 
-def test_budget_auto_on_sglang_exits_2_before_anything(tiny_pair, prompt_file, tmp_path):
-    """The SGLang plugin does not serve ddtree_budget auto: refused up front, whatever the GPUs."""
+def test_budget_auto_on_sglang_exits_2_before_anything(tiny_pair, prompt_file, tmp_path, monkeypatch):
+    """The SGLang plugin does not serve ddtree_budget auto: refused up front, whatever the GPUs (SGLang
+    counted as installed, so the missing-extra check does not answer first)."""
+    monkeypatch.setattr("ddbench.cli.env.sglang_available", lambda: True)
     args = sweep_args(tiny_pair, prompt_file, tmp_path / "run", "--budgets", "auto,8")
     args[args.index("reference")] = "sglang"
     result = runner.invoke(app, [*args, "--gpus", "0"])
