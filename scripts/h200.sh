@@ -65,7 +65,8 @@
 #               passes; `nvidia-smi pmon` samples each process's SM use meanwhile (only the measured server works);
 #               last, with the b63 and b255 servers stopped, AR, DFLASH and b15 on GSM8K again (one pass): do idle
 #               servers beside the measured one change its numbers? RESIDENT_PLAN=mt-t1: MT-Bench greedy and GSM8K at
-#               T = 1 instead (the same servers, 1 / 4 / 16 in flight, three passes), no control
+#               T = 1 instead (the same servers, 1 / 4 / 16 in flight, three passes), no control; RESIDENT_PLAN=c1: the
+#               three datasets greedy at 1 in flight only (MT-Bench first), three passes, no control
 #   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.synth's) from an AR
 #               server, a drafter per depth in LAYERS trained on them, each one's simulated acceptance
 #               (ddbench.accept) on greedy answers to the held-out prompts, beside the bundled drafter's
@@ -400,6 +401,12 @@ sweeps)
         t0)  # GSM8K and HumanEval, greedy
           resweep c1 --url "$urls" --concurrency 1 --num-prompts 32
           resweep load --url "$urls" ;;
+        c1)  # every greedy dataset at 1 in flight (32 requests each; MT-Bench's 16 prompts are two turns each)
+          resweep mt-c1 --url "$urls" --datasets mt-bench --concurrency 1 --num-prompts 16
+          resweep c1 --url "$urls" --concurrency 1 --num-prompts 32
+          kill "$PMON"
+          while read -r name pid; do kill -- -"$pid" 2> /dev/null; done < "$R/pids"
+          continue ;;
         mt-t1)  # MT-Bench greedy (40 held-out prompts of two turns: 16 = 32 requests at 1 in flight, 32 = 64 at 4
           # and 16) and GSM8K at T = 1; the one-request cells of both first
           resweep mt-c1 --url "$urls" --datasets mt-bench --concurrency 1 --num-prompts 16
