@@ -66,7 +66,8 @@
 #               last, with the b63 and b255 servers stopped, AR, DFLASH and b15 on GSM8K again (one pass): do idle
 #               servers beside the measured one change its numbers? RESIDENT_PLAN=mt-t1: MT-Bench greedy and GSM8K at
 #               T = 1 instead (the same servers, 1 / 4 / 16 in flight, three passes), no control; RESIDENT_PLAN=c1: the
-#               three datasets greedy at 1 in flight only (MT-Bench first), three passes, no control
+#               three datasets greedy at 1 in flight only (MT-Bench first), three passes, no control, CUDA graphs
+#               for batch 1 only (a b255 server captures its graphs in ~10 s instead of ~90)
 #   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.synth's) from an AR
 #               server, a drafter per depth in LAYERS trained on them, each one's simulated acceptance
 #               (ddbench.accept) on greedy answers to the held-out prompts, beside the bundled drafter's
@@ -371,12 +372,14 @@ sweeps)
           nvidia-smi > "$R/logs/nvidia-smi-before-$name.txt"
           CUDA_VISIBLE_DEVICES=$GPU SGLANG_DDTREE_BUDGET=$budget SGLANG_DDTREE_DRAFT_TEMPERATURE=1.0 setsid "${launch[@]}" \
             --model-path "$B/target" "${spec[@]}" --host 127.0.0.1 --port "$port" --attention-backend triton \
-            --sampling-backend pytorch --grammar-backend none --cuda-graph-max-bs 16 --disable-prefill-cuda-graph \
+            --sampling-backend pytorch --grammar-backend none --cuda-graph-max-bs "$graph_bs" --disable-prefill-cuda-graph \
             --mem-fraction-static "$frac" > "$R/logs/$name.log" 2>&1 &
           echo "$name $!" >> "$R/pids"
           until grep -qi "cuda graph end" "$R/logs/$name.log"; do sleep 2; kill -0 $! 2> /dev/null || return 1; done
         }
         urls=ar=http://127.0.0.1:12400,dflash=http://127.0.0.1:12300
+        graph_bs=16  # decode/verify CUDA graphs for 1-16 running requests; the one-request plan captures batch 1 only
+        [ "${RESIDENT_PLAN:-t0}" = c1 ] && graph_bs=1
         resident ddtree-b255 12000 DDTREE 255 && resident ddtree-b63 12100 DDTREE 63 && resident ddtree-b15 12200 DDTREE 15 \
           && resident dflash 12300 DFLASH 0 && resident ar 12400 AR 0 || echo "resident: a server did not start"
         for port in 12000 12100 12200 12300 12400; do  # up to 10 minutes for the slowest (Triton compiles)
