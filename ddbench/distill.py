@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> None:
             "--batch", type=int, default=64, help="prompts per request (SGLang takes lists; 1 for other servers)"
         )
     train.add_argument("--temperatures", default="0", help="comma list; 0 is greedy (default: 0)")
+    train.add_argument(
+        "--seed", type=int, default=0, help="order of the requests (a run cut short answers another sample)"
+    )
     args = parser.parse_args(argv)
     if args.command == "train":
         rows = read_rows(args.prompts)
@@ -174,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
         max_new_tokens=args.max_new_tokens,
         concurrency=args.concurrency,
         batch=args.batch,
+        seed=getattr(args, "seed", 0),
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
 

@@ -57,6 +57,7 @@ class TrainConfig:
     lr: float = 6e-4
     warmup: int = 100
     max_seconds: float = 0.0  # > 0: train this long (at most `steps`), the cosine over the wall time
+    init: str | None = None  # a drafter folder of the same shape to start from (None: seeded random weights)
     loss_decay: float = 7.0
     seed: int = 0
     device: str = "cuda"
@@ -161,17 +162,6 @@ def train(cfg: TrainConfig) -> Path:
     else:
         texts = load_prompt_texts(cfg.prompts)
     check_training_texts(texts)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log_file = (out / "train_log.jsonl").open("w")
-    started = time.time()
-
-    def log(record):
-        record = {"t": round(time.time() - started, 2), **record}
-        log_file.write(json.dumps(record) + "\n")
-        log_file.flush()
-        print(json.dumps(record), flush=True)
-
     torch.manual_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(cfg.target)
     target = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=torch.bfloat16).to(cfg.device).eval()
@@ -194,8 +184,22 @@ def train(cfg: TrainConfig) -> Path:
         rms_norm_eps=target.config.rms_norm_eps,
         max_position_embeddings=target.config.max_position_embeddings,
     )
-    drafter = DFlashDraftModel.random(seed=cfg.seed, **fields).to(cfg.device)
+    drafter = DFlashDraftModel.random(seed=cfg.seed, **fields)
+    if cfg.init is not None:
+        start_from(drafter, cfg.init)
+    drafter = drafter.to(cfg.device)
     drafter.train()
+    out = Path(cfg.out)  # nothing is written before the inputs are known good
+    out.mkdir(parents=True, exist_ok=True)
+    log_file = (out / "train_log.jsonl").open("w")
+    started = time.time()
+
+    def log(record):
+        record = {"t": round(time.time() - started, 2), **record}
+        log_file.write(json.dumps(record) + "\n")
+        log_file.flush()
+        print(json.dumps(record), flush=True)
+
     log({"event": "config", **asdict(cfg), "target_layer_ids": list(layer_ids)})
 
     if cfg.answers is not None:
@@ -302,6 +306,27 @@ def _lr_factor(step: int, warmup: int, progress: float) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, max(0.0, progress))))
 
 
+class InitError(ValueError):
+    """--init names no drafter this run can start from (one line)."""
+
+
+def start_from(drafter: DFlashDraftModel, path: str | Path) -> None:
+    """Copy the weights of the drafter folder `path` into `drafter` (continued training: the cosine restarts,
+    the data may be new). Its config must equal `drafter`'s in every field `drafter` has (shape, target layers,
+    block size, mask token; the stored dtype aside), else InitError, as for a folder that does not load.
+    Example: a 2-layer drafter trained for 480 s, then `--init` it with fresh answers for 480 s more."""
+    try:
+        start = DFlashDraftModel.from_pretrained(path)
+    except Exception as error:  # a missing folder, a truncated safetensors file, a config that is not JSON
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise InitError(f"--init {path}: does not load: {first}") from error
+    differ = sorted(k for k, v in drafter.raw_config.items() if k != "dtype" and start.raw_config.get(k) != v)
+    if differ:
+        raise InitError(f"--init {path}: its drafter differs from the one asked for in {', '.join(differ)}")
+    with torch.no_grad():
+        drafter.load_state_dict({name: t.to(torch.float32) for name, t in start.state_dict().items()})
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", required=True, help="HF folder of the target model")
@@ -332,12 +357,13 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("lr", "loss_decay", "sample_temperature", "max_seconds"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(TrainConfig, name))
     parser.add_argument("--device", default=TrainConfig.device)
+    parser.add_argument("--init", help="a drafter folder of the same shape to continue training from")
     args = vars(parser.parse_args(argv))
     if args["target_layer_ids"]:
         args["target_layer_ids"] = tuple(int(x) for x in args["target_layer_ids"].split(","))
     try:
         train(TrainConfig(**args))
-    except HeldOutError as error:
+    except (HeldOutError, InitError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
 
 

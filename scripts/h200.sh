@@ -431,7 +431,9 @@ sweeps)
       drafter)  # testbed drafters: the target's answers from an AR server (ddbench.distill, DISTILL_S seconds at
         # most), a drafter per depth in LAYERS (default 2) trained one after the other (TRAIN_S seconds each), then
         # the acceptance of each and of the bundled drafter on greedy answers to the held-out prompts
-        # (ddbench.accept, one thread: side by side they starve training); `get` fetches a drafter's weights
+        # (ddbench.accept, one thread: side by side they starve training); `get` fetches a drafter's weights.
+        # INIT=bundled (or a folder) continues training from that drafter; SEED picks another sample of the
+        # prompts when the distillation is cut short
         D=$W/distill R=$W/runs/drafter && mkdir -p "$D" "$R" && nvidia-smi > "$R/nvidia-smi.txt"
         python3 -m ddbench.testbed train-prompts "$D/prompts.jsonl" --data-dir "$W/data" \
           --synthetic "${SYNTH:-math=8000,code=1400,chat=6000}" > "$R/prompts.txt" 2>&1
@@ -441,14 +443,16 @@ sweeps)
           --max-running-requests 1024 || { echo "drafter: no server" >> "$W/done"; continue; }
         python3 -m ddbench.distill eval "$R/eval.jsonl" --url "$url" --model "$T" --data-dir "$W/data" > "$R/distill.log" 2>&1
         timeout "${DISTILL_S:-300}" python3 -m ddbench.distill train "$D/prompts.jsonl" "$D/answers.jsonl" --url "$url" \
-          --model "$T" --temperatures "${TEMPERATURES:-0,0.7,1.0}" --batch 64 --concurrency 8 >> "$R/distill.log" 2>&1
+          --model "$T" --temperatures "${TEMPERATURES:-0,0.7,1.0}" --batch 64 --concurrency 8 --seed "${SEED:-0}" \
+          >> "$R/distill.log" 2>&1
         stop_server
         wc -l "$D/answers.jsonl" >> "$R/distill.log"
         for layers in ${LAYERS:-2}; do
           python3 -m ddbench.train --target "$T" --answers "$D/answers.jsonl" --out "$R/l$layers" \
             --num-layers "$layers" --mask-token-id 16 --num-heads 8 --num-kv-heads 2 --head-dim 64 --intermediate-size 1536 \
             --num-target-features 4 --block-size 16 --batch-size "${BATCH:-128}" --blocks-per-seq 8 --lr "${LR:-1e-3}" \
-            --warmup 200 --steps 100000 --max-seconds "${TRAIN_S:-420}" > "$R/l$layers.log" 2>&1
+            --warmup 200 --steps 100000 --max-seconds "${TRAIN_S:-420}" ${INIT:+--init "${INIT/#bundled/$DRAFT}"} \
+            > "$R/l$layers.log" 2>&1
         done
         for drafter in "$DRAFT" "$R"/l[0-9]*/; do
           OMP_NUM_THREADS=1 python3 -m ddbench.accept --target "$T" --draft "$drafter" --answers "$R/eval.jsonl" \

@@ -91,3 +91,38 @@ def test_max_seconds_stops_by_the_clock_and_the_cosine_follows_it(monkeypatch):
     assert rows[-1]["event"] == "trained" and rows[-1]["steps"] == 9 and rows[-1]["loss"] is not None
     assert train._lr_factor(0, 2, 0.0) == 0.5 and train._lr_factor(5, 2, 0.0) == 1.0
     assert abs(train._lr_factor(5, 2, 0.5) - 0.55) < 1e-9 and abs(train._lr_factor(5, 2, 1.5) - 0.1) < 1e-9
+
+
+def test_init_continues_from_a_saved_drafter_of_the_same_shape(tmp_path):
+    _, saved = tiny_pair(seed=1)
+    saved.to(torch.bfloat16).save_pretrained(tmp_path / "d")
+    _, drafter = tiny_pair(seed=2)
+    train.start_from(drafter, tmp_path / "d")
+    for name, weight in drafter.state_dict().items():
+        assert weight.dtype == torch.float32
+        assert torch.equal(weight, saved.state_dict()[name].to(torch.float32)), name
+
+
+def test_init_of_another_shape_or_a_corrupt_file_is_one_line(tmp_path):
+    _, saved = tiny_pair()
+    saved.save_pretrained(tmp_path / "d")
+    other = DFlashDraftModel.random(
+        hidden_size=HIDDEN, num_target_layers=LAYERS, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=VOCAB, block_size=BLOCK, mask_token_id=VOCAB - 1, target_layer_ids=[1, 2],
+    )  # fmt: skip
+    for path, words in ((tmp_path / "d", "differs from the one asked for in num_hidden_layers"),
+                        (tmp_path / "none", "does not load")):  # fmt: skip
+        try:
+            train.start_from(other, path)
+        except train.InitError as error:
+            assert words in str(error) and "\n" not in str(error)
+        else:
+            raise AssertionError("no InitError")
+    (tmp_path / "d" / "model.safetensors").write_bytes(b"\0" * 64)
+    _, same = tiny_pair()
+    try:
+        train.start_from(same, tmp_path / "d")
+    except train.InitError as error:
+        assert "does not load" in str(error) and "\n" not in str(error)
+    else:
+        raise AssertionError("no InitError")
