@@ -78,6 +78,19 @@ def test_the_command_sends_batch_prompts_per_request(server, model, tmp_path):
     assert sent == [1, 2, 2] and len(distill.read_rows(out)) == 5
 
 
+def test_the_seed_orders_the_requests(server, model, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(12)))
+    orders = []
+    for seed in ("0", "1", "0"):
+        Echo.requests = []
+        out = tmp_path / f"a{seed}-{len(orders)}.jsonl"
+        argv = ["train", str(prompts), str(out), "--url", server, "--model", model, "--batch", "1"]
+        distill.main([*argv, "--concurrency", "1", "--seed", seed])
+        orders.append([tuple(r["input_ids"]) for r in Echo.requests])
+    assert orders[0] == orders[2] and orders[0] != orders[1] and sorted(orders[0]) == sorted(orders[1])
+
+
 def test_train_refuses_held_out_prompts_and_eval_answers_them(server, model, tmp_path, data_dir):
     held = heldout.eval_prompts("gsm8k", data_dir=data_dir)[0].turns[0]
     prompts = tmp_path / "p.jsonl"
