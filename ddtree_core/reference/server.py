@@ -272,7 +272,9 @@ class ReferenceEngine:
         block = self.spec.block_size or self.drafter.block_size
         server = TreeSettings(self.spec.budget, self.spec.max_depth, self.spec.draft_temperature, self.spec.hold_chain)
         try:
-            chosen = server.with_custom_params(custom, max_depth=block - 1, auto_served=self.auto is not None)
+            chosen = TreeSettings.from_custom_params(
+                custom, server=server, max_depth=block - 1, auto_served=self.auto is not None
+            )
         except TreeSettingsError as error:
             raise RequestError(str(error)) from None
         return dataclasses.replace(
