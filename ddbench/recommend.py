@@ -398,7 +398,7 @@ def _caveat(measurement: Measurement, ddtree: Sequence[Setting]) -> str | None:
         return (
             f"{measured}: each cell verified max(its budget + 1, block size) columns, but this server verifies "
             f"{width} for every request, so the budget {smaller} bands pay padding columns they were not measured "
-            "with and may be slower than shown; run one server per band (SGLANG_DDTREE_BUDGET = its budget) for "
+            f"with and may be slower than shown; run one server per band ({ENV_BUDGET} = its budget) for "
             "the measured numbers, or remeasure with --per-request-budget."
         )
     if measurement.shared_budgets == (server,):

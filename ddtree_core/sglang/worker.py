@@ -44,7 +44,7 @@ from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from ddtree_core.kernels import kv_move, pdl
-from ddtree_core.settings import TreeSettings
+from ddtree_core.settings import ENV_BUDGET, TreeSettings
 from ddtree_core.sglang import draft_head, info, rounds
 from ddtree_core.sglang.config import SETTINGS_ATTR, DDTreeConfigError
 from ddtree_core.sglang.profile import StageTimer
@@ -355,7 +355,7 @@ def check_target(model_runner, budget: int) -> None:
         raise ValueError("DDTREE does not support hybrid sliding-window targets.")
     vocab = int(model_runner.model_config.vocab_size)
     if vocab < budget:
-        raise ValueError(f"SGLANG_DDTREE_BUDGET {budget} exceeds the vocabulary ({vocab}).")
+        raise ValueError(f"{ENV_BUDGET} {budget} exceeds the vocabulary ({vocab}).")
     if getattr(model_runner.model, "logits_processor", None) is None or not hasattr(model_runner.model, "lm_head"):
         raise ValueError("DDTREE needs a target model with `lm_head` and `logits_processor`.")
 
