@@ -15,7 +15,8 @@ four settings, under the same names everywhere:
     draft_temperature  finite > 0  divides the draft logits before the tree's scores
     hold_chain         bool        the tree holds the drafter's rank-0 chain first (ddtree_core.tree)
 
-Ways in, each checked by the same rules, each error one line naming the field as its source spells it:
+Ways in, each checking what it takes against the rules above (and the limits of the server it is for), each
+error one line naming the field as its source spells it:
 - `TreeSettings(...)`: the rules above ("budget must be an int >= 0, got -1");
 - `TreeSettings.from_custom_params(params, server=..., max_depth=...)`: a request's overrides of a server's
   settings, from SGLang's `sampling_params.custom_params`. An override may only lower the server's budget
@@ -23,7 +24,8 @@ Ways in, each checked by the same rules, each error one line naming the field as
   engine serves it; any other `ddtree_*` key is refused; keys without the prefix belong to SGLang or other
   plugins and are left alone;
 - `TreeSettings.from_environment(environ, budget=..., max_depth=...)`: a server's launch settings from the
-  SGLANG_DDTREE_* variables (unset or empty: the defaults given).
+  SGLANG_DDTREE_* variables (unset or empty: the defaults given), with a launch's limits (`check_launch`:
+  a budget >= 1, a depth limit within the drafted block).
 Ways out: `to_custom_params` (what a client sends to ask for these settings) and `to_environment` (what a
 launcher sets to start a server with them); each round-trips through its way in.
 
