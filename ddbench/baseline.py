@@ -218,12 +218,13 @@ def run_baseline(
     from ddbench.env import environment_stamp
     from ddtree_core.reference import loading
     from ddtree_core.reference.decode import SpecConfig
+    from ddtree_core.settings import TreeSettings
 
     models = loading.load_models(model, draft, dtype=dtype, device=device)
     if models.tokenizer is None:
         raise DDBenchError(f"{model} has no tokenizer")
     specs = [SpecConfig(method="ar"), SpecConfig(method="dflash")]
-    specs += [SpecConfig(method="ddtree", budget=budget) for budget in budgets]
+    specs += [SpecConfig(method="ddtree", tree=TreeSettings(budget, None)) for budget in budgets]
     stop = loading.eos_token_ids(models.target, models.tokenizer)
     cells = []
     for temperature in temperatures:
@@ -294,10 +295,10 @@ def _document_cells(specs, runs, temperature: float, prompts: dict[str, list]) -
                 {
                     "dataset": dataset,
                     "method": spec.method,
-                    "budget": spec.budget if ddtree else None,
-                    "max_depth": spec.max_depth if ddtree else None,
-                    "draft_temperature": spec.draft_temperature if ddtree else None,
-                    "hold_chain": spec.hold_chain if ddtree else None,
+                    "budget": spec.tree.budget if ddtree else None,
+                    "max_depth": spec.tree.max_depth if ddtree else None,
+                    "draft_temperature": spec.tree.draft_temperature if ddtree else None,
+                    "hold_chain": spec.tree.hold_chain if ddtree else None,
                     "temperature": temperature,
                     "responses": [response for name, response in runs[id(spec)] if name == dataset],
                 }

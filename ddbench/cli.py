@@ -541,7 +541,8 @@ def serve(
 ) -> None:
     """Start one server (SGLang with DDTree, or the reference engine) and keep it up until Ctrl-C."""
     from ddbench.config import parse_gpus
-    from ddbench.server import LaunchSettings, Server, ServerSpec
+    from ddbench.server import Server, ServerSpec
+    from ddtree_core.settings import TreeSettings
 
     try:
         engine = engine or env.default_engine()
@@ -553,7 +554,7 @@ def serve(
             draft = draft or str(testbed.DRAFTER_DIR)
         if method != "ar" and not draft:
             raise DDBenchError(f"method {method} needs a drafter (--draft)")
-        launch = LaunchSettings(budget, max_depth, draft_temperature, hold_chain) if method == "ddtree" else None
+        launch = TreeSettings(budget, max_depth, draft_temperature, hold_chain) if method == "ddtree" else None
         extra = tuple(server_arg or ())
         spec = ServerSpec(engine, method, model, draft, parse_gpus(gpus), tp, launch, extra_args=extra)
         with Server(spec, log, port=port) as server:

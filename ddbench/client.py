@@ -24,14 +24,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 
-from ddbench.config import AUTO_BUDGET, Cell, DDBenchError, SweepConfig, dataset_label
+from ddbench.config import Cell, DDBenchError, SweepConfig, dataset_label
 from ddbench.results import RequestRecord, prompt_hash
-from ddtree_core.settings import PARAM_HOLD_CHAIN, TreeSettings
+from ddtree_core.settings import PARAM_HOLD_CHAIN
 
 
 @dataclass(frozen=True)
@@ -65,12 +65,12 @@ def sampling_params(cell: Cell, config: SweepConfig, explicit_block: int | None 
         "top_k": config.top_k,
         "max_new_tokens": config.max_new_tokens,
     }
-    if cell.method == "ddtree":
-        depth = cell.max_depth if cell.max_depth is not None or explicit_block is None else explicit_block - 1
-        auto = cell.budget == AUTO_BUDGET  # "ddtree_budget": "auto", under the server's own budget
-        budget = 0 if auto else cell.budget
-        custom = TreeSettings(budget, depth, cell.draft_temperature, cell.hold_chain, auto).to_custom_params()
-        if not (cell.hold_chain or explicit_block is not None):
+    tree = cell.tree_settings()
+    if tree is not None:
+        if tree.max_depth is None and explicit_block is not None:
+            tree = replace(tree, max_depth=explicit_block - 1)
+        custom = tree.to_custom_params()
+        if not (tree.hold_chain or explicit_block is not None):
             del custom[PARAM_HOLD_CHAIN]  # what the server ddbench started holds already
         params["custom_params"] = custom
     return params

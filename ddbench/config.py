@@ -36,7 +36,10 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ddtree_core.settings import TreeSettings
 
 ENGINES = ("sglang", "reference")
 METHODS = ("ar", "dflash", "ddtree")
@@ -45,6 +48,7 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 # A DDTree budget the server chooses each round (custom_params.ddtree_budget "auto", ddtree_core.policy), up to
 # its own budget; it is only served by the engines listed here (`auto_budget_refusal` decides for a sweep).
+# The same word as ddtree_core.settings.BUDGET_AUTO, spelled here so that reading a config imports no torch.
 AUTO_BUDGET = "auto"
 AUTO_BUDGET_ENGINES = ("reference",)
 AUTO_LARGEST_DEFAULT = 64  # auto's largest budget in a sweep without a fixed one: the reference server's default
@@ -171,6 +175,20 @@ class Cell:
             self.temperature,
             self.concurrency,
         )
+
+    def tree_settings(self) -> TreeSettings | None:
+        """The DDTree settings this cell asks a server for, None for ar and dflash: budget AUTO_BUDGET is auto
+        (under the server's own budget, so its budget field reads 0), a depth of None the server's default.
+        Requests send them as custom_params (`TreeSettings.to_custom_params`, ddbench.client).
+
+        Example: the cell gsm8k__ddtree-b16-dauto-dt0.5-chain__t0__c1 -> TreeSettings(16, None, 0.5, True);
+        gsm8k__ddtree-bauto-d7-dt1__t0__c1 -> TreeSettings(0, 7, 1.0, False, auto=True)."""
+        if self.method != "ddtree":
+            return None
+        from ddtree_core.settings import TreeSettings  # here, not at the top: reading configs needs no torch
+
+        auto = self.budget == AUTO_BUDGET
+        return TreeSettings(0 if auto else self.budget, self.max_depth, self.draft_temperature, self.hold_chain, auto)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -46,7 +46,16 @@ from ddbench.config import (
     largest_budget,
 )
 from ddbench.report import CellSummary
-from ddtree_core.sglang.config import ENV_BUDGET, ENV_DRAFT_TEMPERATURE, ENV_HOLD_CHAIN, ENV_MAX_DEPTH
+from ddtree_core.settings import (
+    ENV_BUDGET,
+    ENV_DRAFT_TEMPERATURE,
+    ENV_HOLD_CHAIN,
+    ENV_MAX_DEPTH,
+    PARAM_BUDGET,
+    PARAM_DRAFT_TEMPERATURE,
+    PARAM_HOLD_CHAIN,
+    PARAM_MAX_DEPTH,
+)
 
 METRICS = ("tokens_per_s", "speedup_vs_ar")
 
@@ -269,7 +278,7 @@ class Measurement:
 def _shared_budgets(run: dict[str, Any]) -> list[int]:
     """The SGLANG_DDTREE_BUDGET of the DDTree servers of one per-request run (manifest "runs" entry)."""
     if "servers" in run:
-        return [server["settings"]["ddtree_budget"] for server in run["servers"] if server["method"] == "ddtree"]
+        return [server["settings"][PARAM_BUDGET] for server in run["servers"] if server["method"] == "ddtree"]
     return [largest_budget(run["config"]["budgets"])]
 
 
@@ -347,13 +356,13 @@ def _custom_params(setting: Setting | None, server: Setting | None) -> dict | No
     """A DDTree band's custom_params on the DDTree server `server` (its launch settings); None otherwise."""
     if setting is None or setting.method != "ddtree":
         return None
-    params: dict[str, Any] = {"ddtree_budget": setting.budget}
+    params: dict[str, Any] = {PARAM_BUDGET: setting.budget}
     if setting.max_depth is not None and setting.max_depth != server.max_depth:
-        params["ddtree_max_depth"] = setting.max_depth
+        params[PARAM_MAX_DEPTH] = setting.max_depth
     if setting.draft_temperature != server.draft_temperature:
-        params["ddtree_draft_temperature"] = setting.draft_temperature
+        params[PARAM_DRAFT_TEMPERATURE] = setting.draft_temperature
     if setting.hold_chain and not server.hold_chain:
-        params["ddtree_hold_chain"] = True
+        params[PARAM_HOLD_CHAIN] = True
     return params
 
 
@@ -389,7 +398,7 @@ def _caveat(measurement: Measurement, ddtree: Sequence[Setting]) -> str | None:
         return (
             f"{measured}: each cell verified max(its budget + 1, block size) columns, but this server verifies "
             f"{width} for every request, so the budget {smaller} bands pay padding columns they were not measured "
-            "with and may be slower than shown; run one server per band (SGLANG_DDTREE_BUDGET = its budget) for "
+            f"with and may be slower than shown; run one server per band ({ENV_BUDGET} = its budget) for "
             "the measured numbers, or remeasure with --per-request-budget."
         )
     if measurement.shared_budgets == (server,):

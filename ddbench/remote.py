@@ -43,6 +43,7 @@ import httpx
 
 from ddbench.client import auth_headers
 from ddbench.config import AUTO_BUDGET, Cell, DDBenchError, ServerURL, auto_budget_refusal
+from ddtree_core.settings import PARAM_BUDGET, PARAM_HOLD_CHAIN, PARAM_MAX_DEPTH
 
 ALGORITHMS = {None: "ar", "DFLASH": "dflash", "DDTREE": "ddtree"}  # speculative_algorithm -> method
 REFERENCE_ENGINE = "ddtree_core.reference"  # server_info.engine of ddtree_core.reference.server
@@ -115,10 +116,10 @@ def describe(url: str, model_info: dict[str, Any], server_info: dict[str, Any]) 
         raise ValueError(f"serves {algorithm} but reports no drafter block size")
     budget = depth = None
     if method == "ddtree":
-        if not isinstance(server_info.get("ddtree_budget"), int) or "ddtree_hold_chain" not in server_info:
-            raise ValueError("serves DDTREE but reports no ddtree_budget or ddtree_hold_chain (an older plugin?)")
-        budget = min(server_info["ddtree_budget"], server_info.get("ddtree_top_k") or server_info["ddtree_budget"])
-        depth = server_info.get("ddtree_max_depth") or block - 1
+        if not isinstance(server_info.get(PARAM_BUDGET), int) or PARAM_HOLD_CHAIN not in server_info:
+            raise ValueError(f"serves DDTREE but reports no {PARAM_BUDGET} or {PARAM_HOLD_CHAIN} (an older plugin?)")
+        budget = min(server_info[PARAM_BUDGET], server_info.get("ddtree_top_k") or server_info[PARAM_BUDGET])
+        depth = server_info.get(PARAM_MAX_DEPTH) or block - 1
     settings = {
         key: value
         for key, value in server_info.items()

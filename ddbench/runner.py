@@ -45,7 +45,8 @@ from ddbench.client import Inputs, run_cell
 from ddbench.config import AUTO_BUDGET, RUN_DEFINING, Cell, DDBenchError, SweepConfig, dataset_label, expand_cells
 from ddbench.fleet import Fleet, Pool
 from ddbench.results import RunFolder, merge_requests, write_json
-from ddbench.server import LaunchSettings, Server, ServerError, ServerSpec, last_log_line
+from ddbench.server import Server, ServerError, ServerSpec, last_log_line
+from ddtree_core.settings import TreeSettings
 
 
 class SweepProgress(Protocol):
@@ -231,10 +232,11 @@ def server_spec(config: SweepConfig, cell: Cell) -> ServerSpec:
     (`SweepConfig.largest_budget`); else the engine's defaults (the reference server's --budget 64)."""
     launch = None
     if cell.method == "ddtree" and config.restart_per_budget:
-        budget = config.largest_budget if cell.budget == AUTO_BUDGET else cell.budget
-        launch = LaunchSettings(budget, cell.max_depth, cell.draft_temperature)
+        tree = cell.tree_settings()  # held trees are asked for per request, as on a shared server
+        budget = config.largest_budget if tree.auto else tree.budget
+        launch = TreeSettings(budget, tree.max_depth, tree.draft_temperature)
     elif cell.method == "ddtree" and (config.engine == "sglang" or AUTO_BUDGET in config.budgets):
-        launch = LaunchSettings(config.largest_budget, None, 1.0)  # widest tree; requests narrow it
+        launch = TreeSettings(config.largest_budget, None)  # widest tree; requests narrow it
     return ServerSpec(
         engine=config.engine,
         method=cell.method,

@@ -8,8 +8,8 @@ last line), and sends one short warm-up request before any measured one.
 Two engines speak SGLang's `/generate` protocol:
 - `sglang`: `python -m sglang.launch_server`, with `--speculative-algorithm DFLASH` for linear DFlash
   and our plugin's launcher `python -m ddtree_core.sglang.launch_server --speculative-algorithm DDTREE`
-  for DDTree (launch-time DDTree settings through SGLANG_DDTREE_* variables, per-request ones through
-  `sampling_params.custom_params`);
+  for DDTree (launch-time DDTree settings, a `ddtree_core.settings.TreeSettings`, through SGLANG_DDTREE_*
+  variables, per-request ones through `sampling_params.custom_params`);
 - `reference`: `python -m ddtree_core.reference.server`, the HF-transformers engine (CPU or one GPU).
 """
 
@@ -30,22 +30,13 @@ import httpx
 
 from ddbench import env
 from ddbench.config import DDBenchError
+from ddtree_core.settings import TreeSettings
 
 WARMUP_TEXT = "Warmup"
 
 
 class ServerError(DDBenchError):
     """A server that would not start, or that died."""
-
-
-@dataclass(frozen=True)
-class LaunchSettings:
-    """DDTree settings fixed when a server starts (per-request custom_params override them)."""
-
-    budget: int  # node budget, or the largest budget the server must accept per request
-    max_depth: int | None  # None: the drafter's block size - 1
-    draft_temperature: float
-    hold_chain: bool = False  # trees hold the drafter's rank-0 chain first (the server's default for requests)
 
 
 @dataclass(frozen=True)
@@ -58,7 +49,7 @@ class ServerSpec:
     draft: str
     gpus: tuple[int, ...] = ()  # CUDA devices of this server; empty: CPU
     tp: int = 1
-    launch: LaunchSettings | None = None  # ddtree only
+    launch: TreeSettings | None = None  # ddtree only: its DDTree settings, which requests' custom_params lower
     cpu_threads: int | None = None  # torch threads of a CPU reference server
     extra_args: tuple[str, ...] = ()
 
@@ -98,12 +89,7 @@ class ServerSpec:
             env["OMP_NUM_THREADS"] = str(self.cpu_threads)
             env["MKL_NUM_THREADS"] = str(self.cpu_threads)
         if self.engine == "sglang" and self.launch is not None:
-            env["SGLANG_DDTREE_BUDGET"] = str(self.launch.budget)
-            env["SGLANG_DDTREE_DRAFT_TEMPERATURE"] = str(self.launch.draft_temperature)
-            if self.launch.max_depth is not None:
-                env["SGLANG_DDTREE_MAX_DEPTH"] = str(self.launch.max_depth)
-            if self.launch.hold_chain:
-                env["SGLANG_DDTREE_HOLD_CHAIN"] = "1"
+            env.update(self.launch.to_environment())
         return env
 
     @property

@@ -29,6 +29,7 @@ from ddtree_core.reference.cost import measure_verify_cost
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashProposer
 from ddtree_core.reference.loading import load_models
+from ddtree_core.settings import TreeSettings
 
 DEFAULT_CASES = "ar,dflash,b64-reference,b64,b32,b16"
 
@@ -38,11 +39,11 @@ def case_spec(name: str) -> SpecConfig:
     if name in ("ar", "dflash"):
         return SpecConfig(method=name, tree_impl="torch")
     if name.startswith("auto") and name[4:].isdigit():
-        return SpecConfig(method="ddtree", budget=int(name[4:]), tree_impl="torch", auto=True)
+        return SpecConfig(method="ddtree", tree=TreeSettings(int(name[4:]), None, auto=True), tree_impl="torch")
     budget, _, impl = name.removeprefix("b").partition("-")
     if not name.startswith("b") or not budget.isdigit() or impl not in ("", "reference"):
         raise SystemExit(f"--cases: {name!r} is not ar, dflash, bN, bN-reference or autoN")
-    return SpecConfig(method="ddtree", budget=int(budget), tree_impl=impl or "torch")
+    return SpecConfig(method="ddtree", tree=TreeSettings(int(budget), None), tree_impl=impl or "torch")
 
 
 def main() -> None:
@@ -68,8 +69,8 @@ def main() -> None:
     generate(models.target, prompts[0], SamplingConfig(max_new_tokens=8), SpecConfig(method="ar"))  # warm-up
     autos = {}
     for name, spec in cases.items():
-        if spec.auto:
-            budgets = auto_budgets(spec.budget)
+        if spec.tree.auto:
+            budgets = auto_budgets(spec.tree.budget)
             cost = measure_verify_cost(models.target, (1,) + tuple(b + 1 for b in budgets))
             print(json.dumps({"case": name, "verify_tokens": cost.tokens, "verify_ms": cost.ms}), flush=True)
             autos[name] = AutoBudget(cost, budgets)

@@ -26,6 +26,7 @@ from ddbench.inflate import (
 from ddbench.inflate_check import check_prompts, compare_targets
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
+from ddtree_core.settings import TreeSettings
 
 VOCAB = 64
 SOURCE = Shape(hidden_size=72, intermediate_size=96, num_layers=4, num_heads=9, num_kv_heads=3, head_dim=8)
@@ -182,7 +183,7 @@ def test_inflated_pair_drafts_and_decodes_as_the_source(tmp_path):
         (_load(tmp_path / "src"), DFlashDraftModel.from_pretrained(tmp_path / "dsrc", dtype=torch.float32)),
         (_load(tmp_path / "dst"), DFlashDraftModel.from_pretrained(ddst, dtype=torch.float32)),
     ]
-    for spec in (SpecConfig(method="dflash"), SpecConfig(method="ddtree", budget=8)):
+    for spec in (SpecConfig(method="dflash"), SpecConfig(method="ddtree", tree=TreeSettings(8, None))):
         runs = [
             generate(
                 target,
@@ -308,7 +309,7 @@ def test_testbed_pair_inflated(tmp_path, testbed_target, data_dir):
         (_load(testbed_target), DFlashDraftModel.from_pretrained(testbed.DRAFTER_DIR, dtype=torch.float32)),
         (_load(dst), DFlashDraftModel.from_pretrained(ddst, dtype=torch.float32)),
     ]
-    for spec in (SpecConfig(method="dflash"), SpecConfig(method="ddtree", budget=64)):
+    for spec in (SpecConfig(method="dflash"), SpecConfig(method="ddtree", tree=TreeSettings(64, None))):
         runs = [
             generate(target, prompts[0], SamplingConfig(max_new_tokens=24), spec, proposer=DFlashProposer(d, target))
             for target, d in pairs

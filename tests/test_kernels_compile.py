@@ -145,14 +145,15 @@ def round_launches(sms: int, batch: int, budget: int, vocab: int, per_request: b
     import torch
 
     from ddtree_core.kernels import kv_move
+    from ddtree_core.settings import TreeSettings
     from ddtree_core.sglang import rounds
-    from ddtree_core.sglang.config import RequestSettings, ServerSettings
+    from ddtree_core.sglang.config import ServerSettings
 
-    server = ServerSettings(block_size=16, budget=budget, max_depth=15, draft_temperature=1.0)
+    server = ServerSettings(block_size=16, tree=TreeSettings(budget, 15, 1.0))
     width, depth = server.verify_width, server.tree_depth
     limits = None
     if per_request:
-        request = RequestSettings(budget=budget // 2, max_depth=7, draft_temperature=0.7, hold_chain=True)
+        request = TreeSettings(budget=budget // 2, max_depth=7, draft_temperature=0.7, hold_chain=True)
         limits = rounds.staged_limits([request] * batch, pin=False)
     prefix = torch.full((batch,), 100, dtype=torch.int64)
     cache_loc = torch.zeros(batch, width, dtype=torch.int64)

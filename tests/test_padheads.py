@@ -16,6 +16,7 @@ from ddbench.cli import app
 from ddbench.padheads import PADDING_FILE, HeadPadding, HeadPaddingError, pad_attention_heads, pad_attention_tensor
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
+from ddtree_core.settings import TreeSettings
 
 VOCAB = 64
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 8
@@ -131,7 +132,7 @@ def test_padded_pair_drafts_and_decodes_as_the_source(tmp_path):
             target,
             [1, 2, 3, 4, 5],
             SamplingConfig(max_new_tokens=24),
-            SpecConfig(method="ddtree", budget=8),
+            SpecConfig(method="ddtree", tree=TreeSettings(8, None)),
             proposer=DFlashProposer(drafter, target),
             trace=True,
         )

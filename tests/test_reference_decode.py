@@ -14,6 +14,7 @@ from ddtree_core.policy import AutoBudget, CostTable, auto_budgets
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
 from ddtree_core.reference.loading import random_target, resolve_draft_dtype
+from ddtree_core.settings import TreeSettings
 
 VOCAB = 8
 BLOCK = 6
@@ -88,7 +89,7 @@ GRID += [("llama", budget, None) for budget in (1, 8, 64)]
 @pytest.mark.parametrize("arch, budget, max_depth", GRID, ids=[f"{a}-b{b}-d{d}" for a, b, d in GRID])
 def test_ddtree_greedy_equals_ar(arch, budget, max_depth):
     target, drafter, ar_tokens = models_for(arch)
-    spec = SpecConfig(method="ddtree", budget=budget, max_depth=max_depth, draft_temperature=3.0)
+    spec = SpecConfig(method="ddtree", tree=TreeSettings(budget, max_depth, 3.0))
     generation = run(target, drafter, spec, trace=True)
     assert_same_tokens(target, ar_tokens, generation.tokens)
     assert all(stats.num_nodes <= budget for stats in generation.rounds)
@@ -98,7 +99,7 @@ def test_ddtree_greedy_equals_ar(arch, budget, max_depth):
 def test_ddtree_greedy_paths_need_compaction(models):
     """The parity above covers accepted paths that are not contiguous in the verify order."""
     target, drafter, ar_tokens = models
-    generation = run(target, drafter, SpecConfig(method="ddtree", budget=64, draft_temperature=3.0), trace=True)
+    generation = run(target, drafter, SpecConfig(method="ddtree", tree=TreeSettings(64, None, 3.0)), trace=True)
     assert_same_tokens(target, ar_tokens, generation.tokens)
     assert uses_compaction(generation)
     assert max(generation.accept_lengths) >= 3
@@ -107,8 +108,8 @@ def test_ddtree_greedy_paths_need_compaction(models):
 @pytest.mark.parametrize("budget", [0, 1, 64])
 def test_ddtree_reference_and_torch_impls_agree(models, budget):
     target, drafter, _ = models
-    ref = run(target, drafter, SpecConfig(method="ddtree", budget=budget, draft_temperature=3.0))
-    fast = run(target, drafter, SpecConfig(method="ddtree", budget=budget, draft_temperature=3.0, tree_impl="torch"))
+    ref = run(target, drafter, SpecConfig(method="ddtree", tree=TreeSettings(budget, None, 3.0)))
+    fast = run(target, drafter, SpecConfig(method="ddtree", tree=TreeSettings(budget, None, 3.0), tree_impl="torch"))
     assert ref.tokens == fast.tokens
     assert ref.accept_lengths == fast.accept_lengths
     assert [r.ranks for r in ref.rounds] == [r.ranks for r in fast.rounds]
@@ -121,7 +122,7 @@ HELD_GRID = [(budget, depth) for budget in (1, 3, 8, 64) for depth in (3, None)]
 def test_held_ddtree_greedy_equals_ar_and_holds_the_chain(budget, max_depth):
     """Lossless with hold_chain, and every round's first min(budget, depth) nodes are the chain."""
     target, drafter, ar_tokens = models_for("qwen3")
-    spec = SpecConfig(method="ddtree", budget=budget, max_depth=max_depth, draft_temperature=3.0, hold_chain=True)
+    spec = SpecConfig(method="ddtree", tree=TreeSettings(budget, max_depth, 3.0, hold_chain=True))
     generation = run(target, drafter, spec, trace=True)
     assert_same_tokens(target, ar_tokens, generation.tokens)
     chain = min(budget, max_depth or BLOCK - 1)
@@ -133,7 +134,7 @@ def test_held_ddtree_greedy_equals_ar_and_holds_the_chain(budget, max_depth):
 def test_unheld_trees_leave_the_chain_out():
     """The held runs above differ from plain DDTree: at budget 8 some best-first tree is no full chain."""
     target, drafter, _ = models_for("qwen3")
-    generation = run(target, drafter, SpecConfig(method="ddtree", budget=8, draft_temperature=3.0), trace=True)
+    generation = run(target, drafter, SpecConfig(method="ddtree", tree=TreeSettings(8, None, 3.0)), trace=True)
     chain = BLOCK - 1
     assert any(trace.parents[: chain + 1] != (-1, *range(chain)) for trace in generation.trace)
 
@@ -141,7 +142,7 @@ def test_unheld_trees_leave_the_chain_out():
 def test_held_tree_at_budget_depth_is_the_dflash_chain(models):
     """budget = depth: the held tree is DFlash's block, so rounds, trees and acceptance equal DFlash's."""
     target, drafter, ar_tokens = models
-    held = SpecConfig(method="ddtree", budget=BLOCK - 1, draft_temperature=3.0, hold_chain=True)
+    held = SpecConfig(method="ddtree", tree=TreeSettings(BLOCK - 1, None, 3.0, hold_chain=True))
     tree = run(target, drafter, held, trace=True)
     chain = run(target, drafter, SpecConfig(method="dflash"), trace=True)
     assert_same_tokens(target, ar_tokens, tree.tokens)
@@ -152,15 +153,17 @@ def test_held_tree_at_budget_depth_is_the_dflash_chain(models):
 @pytest.mark.parametrize("budget", [1, 8])
 def test_held_reference_and_torch_impls_agree(models, budget):
     target, drafter, _ = models
-    spec = SpecConfig(method="ddtree", budget=budget, max_depth=4, draft_temperature=3.0, hold_chain=True)
+    spec = SpecConfig(method="ddtree", tree=TreeSettings(budget, 4, 3.0, hold_chain=True))
     ref = run(target, drafter, spec, trace=True)
     fast = run(target, drafter, dataclasses.replace(spec, tree_impl="torch"), trace=True)
     assert ref.tokens == fast.tokens and ref.trace == fast.trace
 
 
-def test_hold_chain_must_be_a_bool():
+def test_spec_knobs_are_checked_tree_settings():
     with pytest.raises(ValueError, match="hold_chain must be a bool"):
-        SpecConfig(method="ddtree", hold_chain=1)
+        SpecConfig(method="ddtree", tree=TreeSettings(64, None, hold_chain=1))
+    with pytest.raises(ValueError, match="tree must be a TreeSettings"):
+        SpecConfig(method="ddtree", tree={"budget": 64})
 
 
 @pytest.mark.parametrize("block_size", [2, 4, BLOCK])
@@ -194,9 +197,9 @@ class GreedyOracle:
     "spec, accept_len",
     [
         (SpecConfig(method="dflash", block_size=4), 4),
-        (SpecConfig(method="ddtree", budget=64, block_size=BLOCK), BLOCK),
-        (SpecConfig(method="ddtree", budget=64, max_depth=2, block_size=BLOCK), 3),
-        (SpecConfig(method="ddtree", budget=3, block_size=BLOCK), 4),
+        (SpecConfig(method="ddtree", tree=TreeSettings(64, None), block_size=BLOCK), BLOCK),
+        (SpecConfig(method="ddtree", tree=TreeSettings(64, 2), block_size=BLOCK), 3),
+        (SpecConfig(method="ddtree", tree=TreeSettings(3, None), block_size=BLOCK), 4),
     ],
     ids=["dflash_b4", "ddtree_b64", "ddtree_depth2", "ddtree_budget3"],
 )
@@ -240,7 +243,7 @@ def test_stop_check_ends_the_response(models):
 
 def test_round_records_and_trace_agree(models):
     target, drafter, _ = models
-    spec = SpecConfig(method="ddtree", budget=16, draft_temperature=3.0)
+    spec = SpecConfig(method="ddtree", tree=TreeSettings(16, None, 3.0))
     generation = run(target, drafter, spec, timing=True, trace=True)
     assert len(generation.trace) == len(generation.rounds)
     position = 1  # the prefill token comes first
@@ -288,8 +291,12 @@ def chi_square_p_value(counts, probs):
 
 @pytest.mark.parametrize(
     "spec",
-    [SpecConfig(method="ddtree", budget=2), SpecConfig(method="ddtree", budget=8, draft_temperature=3.0)]
-    + [SpecConfig(method="dflash"), SpecConfig(method="ar")],
+    [
+        SpecConfig(method="ddtree", tree=TreeSettings(2, None)),
+        SpecConfig(method="ddtree", tree=TreeSettings(8, None, 3.0)),
+        SpecConfig(method="dflash"),
+        SpecConfig(method="ar"),
+    ],
     ids=["ddtree_b2", "ddtree_b8", "dflash", "ar"],
 )
 def test_sampled_first_two_tokens_follow_the_target(spec):
@@ -309,8 +316,8 @@ def test_sampled_first_two_tokens_follow_the_target(spec):
 def test_sampling_is_reproducible_with_a_seed(models):
     target, drafter, _ = models
     sampling = SamplingConfig(max_new_tokens=12, temperature=1.0, seed=7)
-    first = run(target, drafter, SpecConfig(method="ddtree", budget=8), sampling)
-    again = run(target, drafter, SpecConfig(method="ddtree", budget=8), sampling)
+    first = run(target, drafter, SpecConfig(method="ddtree", tree=TreeSettings(8, None)), sampling)
+    again = run(target, drafter, SpecConfig(method="ddtree", tree=TreeSettings(8, None)), sampling)
     assert first.tokens == again.tokens
 
 
@@ -318,7 +325,7 @@ def test_sampling_is_reproducible_with_a_seed(models):
 def test_bfloat16_runs(method):
     target = random_target("qwen3", vocab_size=VOCAB).to(torch.bfloat16)
     drafter = drafter_for(target).to(torch.bfloat16)
-    generation = run(target, drafter, SpecConfig(method=method, budget=16), timing=True)
+    generation = run(target, drafter, SpecConfig(method=method, tree=TreeSettings(16, None)), timing=True)
     assert generation.num_tokens == NEW_TOKENS and all(0 <= t < VOCAB for t in generation.tokens)
     assert math.isfinite(generation.time_per_output_token) and generation.stage_times.verify > 0
 
@@ -329,7 +336,7 @@ def test_bfloat16_drafter_beside_a_float32_target_is_lossless(models, method):
     the proposer hands the walk float32 logits from its bfloat16 copy of the head."""
     target, drafter, ar_tokens = models
     low = drafter_for(target).to(torch.bfloat16)
-    generation = run(target, low, SpecConfig(method=method, budget=16, draft_temperature=3.0))
+    generation = run(target, low, SpecConfig(method=method, tree=TreeSettings(16, None, 3.0)))
     assert_same_tokens(target, ar_tokens, generation.tokens)
     proposer = DFlashProposer(low, target)
     with torch.no_grad():
@@ -352,7 +359,7 @@ def test_auto_budget_is_lossless_and_follows_the_cost(models, cost, sizes):
     """budget=auto: every round takes the budget the cost favours, and the output stays the target's."""
     target, drafter, ar_tokens = models
     auto = AutoBudget(cost, auto_budgets(64))
-    spec = SpecConfig(method="ddtree", budget=64, draft_temperature=3.0)
+    spec = SpecConfig(method="ddtree", tree=TreeSettings(64, None, 3.0))
     generation = run(target, drafter, spec, auto=auto)
     assert_same_tokens(target, ar_tokens, generation.tokens)
     assert {stats.num_nodes for stats in generation.rounds} == sizes
@@ -377,13 +384,13 @@ def test_dflash_and_ddtree_need_a_proposer():
     with pytest.raises(ValueError, match="proposer"):
         generate(target, PROMPT, SamplingConfig(), SpecConfig(method="ddtree"))
     with pytest.raises(ValueError, match="max_depth"):
-        run(target, drafter, SpecConfig(method="ddtree", max_depth=BLOCK))
+        run(target, drafter, SpecConfig(method="ddtree", tree=TreeSettings(64, BLOCK)))
 
 
 CUDA_SPECS = [
     SpecConfig(method="dflash"),
-    SpecConfig(method="ddtree", budget=16, draft_temperature=3.0),
-    SpecConfig(method="ddtree", budget=64, max_depth=3, draft_temperature=3.0, tree_impl="torch"),
+    SpecConfig(method="ddtree", tree=TreeSettings(16, None, 3.0)),
+    SpecConfig(method="ddtree", tree=TreeSettings(64, 3, 3.0), tree_impl="torch"),
 ]
 
 

@@ -19,6 +19,7 @@ from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel
 from ddtree_core.reference.loading import random_target
 from ddtree_core.reference.server import ENGINE_KEYS, ReferenceEngine, serving
+from ddtree_core.settings import TreeSettings
 
 VOCAB = 8
 PROMPT = [1, 2, 3, 4, 5]
@@ -60,7 +61,7 @@ def parts():
 
 def engine_for(parts, method="ddtree", **kwargs):
     target, drafter, tokenizer = parts
-    spec = SpecConfig(method=method, budget=16, draft_temperature=3.0)
+    spec = SpecConfig(method=method, tree=TreeSettings(16, None, 3.0))
     return ReferenceEngine(target, drafter=drafter, tokenizer=tokenizer, spec=spec, model_path="tiny", **kwargs)
 
 

@@ -5,7 +5,8 @@ import torch
 from test_sglang_rounds import WIDTH, worked_tree
 from trees import RecordOps
 
-from ddtree_core.sglang.config import RequestSettings, ServerSettings
+from ddtree_core.settings import TreeSettings
+from ddtree_core.sglang.config import ServerSettings
 from ddtree_core.sglang.rounds import draft_block_inputs, draft_tree, request_limits, verify_batch
 
 pytest.importorskip("triton")
@@ -32,11 +33,11 @@ def test_verify_batch_worked_example_triton():
 )
 def test_verify_batch_triton_equals_torch(batch, budget, vocab, prefixes, extra):
     generator = torch.Generator().manual_seed(batch * 1000 + budget)
-    server = ServerSettings(block_size=16, budget=budget, max_depth=15, draft_temperature=1.0)
+    server = ServerSettings(block_size=16, tree=TreeSettings(budget, 15, 1.0))
     logits = torch.randn(batch, server.tree_depth, vocab, generator=generator) * 3
-    settings = [RequestSettings.defaults(server)] * batch
+    settings = [server.request_defaults()] * batch
     if batch > 2:  # per-request budgets leave padding columns
-        settings[1] = RequestSettings(budget=max(1, budget // 3), max_depth=3, draft_temperature=0.7)
+        settings[1] = TreeSettings(budget=max(1, budget // 3), max_depth=3, draft_temperature=0.7)
     _, tree = draft_tree(logits, server, request_limits(settings, server, "cpu"), impl="torch")
     bonus = torch.randint(0, vocab, (batch,), generator=generator)
     prefix = torch.tensor(prefixes)

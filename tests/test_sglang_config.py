@@ -1,21 +1,22 @@
 """SGLang plugin settings: environment knobs, widths, per-request overrides and their validation."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
-from ddtree_core.sglang.config import (
-    DDTreeConfigError,
-    RequestSettings,
-    ServerSettings,
-    request_error,
-)
+from ddtree_core.settings import TreeSettings
+from ddtree_core.sglang.config import SETTINGS_ATTR, DDTreeConfigError, ServerSettings, admit
 
 
-def server(block=16, budget=15, max_depth=15, draft_temperature=1.0, **knobs):
-    return ServerSettings(
-        block_size=block, budget=budget, max_depth=max_depth, draft_temperature=draft_temperature, **knobs
-    )
+def server(block=16, budget=15, max_depth=15, draft_temperature=1.0, hold_chain=False, **knobs):
+    return ServerSettings(block, TreeSettings(budget, max_depth, draft_temperature, hold_chain), **knobs)
+
+
+def admitted(params, settings):
+    """What SGLang's admission hook answers for a request of these custom_params, and the request."""
+    req = SimpleNamespace(sampling_params=SimpleNamespace(custom_params=params))
+    return admit(req, settings), req
 
 
 def test_defaults_follow_the_block():
@@ -82,6 +83,27 @@ def test_block_needs_a_drafted_position():
         ServerSettings.from_env({}, 1)
 
 
+@pytest.mark.parametrize(
+    "tree, message",
+    [
+        (TreeSettings(0, 15), "SGLANG_DDTREE_BUDGET must be >= 1, got 0"),
+        (TreeSettings(15, 16), "SGLANG_DDTREE_MAX_DEPTH must be in 1..15, got 16"),
+        (TreeSettings(15, None), "SGLANG_DDTREE_MAX_DEPTH must be in 1..15, got None"),
+        (TreeSettings(15, 15, auto=True), 'SGLANG_DDTREE_BUDGET takes no "auto"'),
+    ],
+)
+def test_server_trees_are_checked_as_the_environment_is(tree, message):
+    """Settings built in code meet the checks (and the one-line errors) of settings from the environment."""
+    with pytest.raises(DDTreeConfigError) as raised:
+        ServerSettings(16, tree)
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+
+
+def test_environment_round_trip():
+    settings = server(budget=63, max_depth=8, draft_temperature=0.5, hold_chain=True)
+    assert ServerSettings.from_env(settings.tree.to_environment(), 16) == settings
+
+
 def test_info_keys():
     assert server(budget=63, max_depth=8).info() == {
         "ddtree_block_size": 16,
@@ -98,31 +120,33 @@ def test_info_keys():
 @pytest.mark.parametrize("params", [None, {}, {"__req__": object(), "temperature_bias": 3}])
 def test_requests_without_ddtree_params_run_the_defaults(params):
     settings = server(budget=31, max_depth=8, draft_temperature=0.7)
-    assert RequestSettings.from_custom_params(params, settings) == RequestSettings(31, 8, 0.7)
-    assert request_error(params, settings) is None
+    assert settings.request_settings(params) == TreeSettings(31, 8, 0.7)
+    error, req = admitted(params, settings)
+    assert error is None and getattr(req, SETTINGS_ATTR) == TreeSettings(31, 8, 0.7)
 
 
 @pytest.mark.parametrize(
     "params, expected",
     [
-        ({"ddtree_budget": 0}, RequestSettings(0, 8, 1.0)),
-        ({"ddtree_budget": 31}, RequestSettings(31, 8, 1.0)),
-        ({"ddtree_max_depth": 1, "ddtree_budget": 5}, RequestSettings(5, 1, 1.0)),
-        ({"ddtree_draft_temperature": 2}, RequestSettings(31, 8, 2.0)),
-        ({"ddtree_draft_temperature": 0.25, "__req__": None}, RequestSettings(31, 8, 0.25)),
+        ({"ddtree_budget": 0}, TreeSettings(0, 8, 1.0)),
+        ({"ddtree_budget": 31}, TreeSettings(31, 8, 1.0)),
+        ({"ddtree_max_depth": 1, "ddtree_budget": 5}, TreeSettings(5, 1, 1.0)),
+        ({"ddtree_draft_temperature": 2}, TreeSettings(31, 8, 2.0)),
+        ({"ddtree_draft_temperature": 0.25, "__req__": None}, TreeSettings(31, 8, 0.25)),
     ],
 )
 def test_request_overrides(params, expected):
     settings = server(budget=31, max_depth=8)
-    out = RequestSettings.from_custom_params(params, settings)
+    out = settings.request_settings(params)
     assert out == expected
     assert isinstance(out.draft_temperature, float)
+    assert getattr(admitted(params, settings)[1], SETTINGS_ATTR) == expected  # kept for the worker
 
 
 def test_request_depth_between_tree_depth_and_max_depth_means_tree_depth():
     settings = server(budget=4, max_depth=15)  # tree_depth 4: a 4-node tree is at most 4 deep
-    assert RequestSettings.from_custom_params({"ddtree_max_depth": 10}, settings).max_depth == 4
-    assert RequestSettings.defaults(settings).max_depth == 4
+    assert settings.request_settings({"ddtree_max_depth": 10}).max_depth == 4
+    assert settings.request_defaults().max_depth == 4
 
 
 @pytest.mark.parametrize(
@@ -147,9 +171,9 @@ def test_request_depth_between_tree_depth_and_max_depth_means_tree_depth():
 def test_bad_request_params(params, match):
     settings = server(budget=31, max_depth=8)
     with pytest.raises(DDTreeConfigError, match=match):
-        RequestSettings.from_custom_params(params, settings)
-    error = request_error(params, settings)
-    assert error.startswith("DDTREE: ") and str(error)
+        settings.request_settings(params)
+    error, req = admitted(params, settings)
+    assert error.startswith("DDTREE: ") and "\n" not in error and not hasattr(req, SETTINGS_ATTR)
 
 
 def test_top_k_knob():
@@ -157,9 +181,9 @@ def test_top_k_knob():
     assert (settings.top_k, settings.verify_width, settings.info()["ddtree_top_k"]) == (8, 64, 8)
     assert ServerSettings.from_env({"SGLANG_DDTREE_BUDGET": "63"}, 16).top_k == 63  # the exact DDTree tree
     # A request may lower its depth only while K covers its budget (rounds._limit_depths needs K >= budget).
-    assert RequestSettings.from_custom_params({"ddtree_budget": 8, "ddtree_max_depth": 3}, settings).max_depth == 3
+    assert settings.request_settings({"ddtree_budget": 8, "ddtree_max_depth": 3}).max_depth == 3
     with pytest.raises(DDTreeConfigError, match="ddtree_max_depth below the server's 15 needs SGLANG_DDTREE_TOP_K"):
-        RequestSettings.from_custom_params({"ddtree_max_depth": 3}, settings)
+        settings.request_settings({"ddtree_max_depth": 3})
 
 
 def test_top_k_knob_limits_children_per_node():
@@ -167,7 +191,7 @@ def test_top_k_knob_limits_children_per_node():
 
     from ddtree_core.sglang.rounds import draft_tree
 
-    settings = ServerSettings(block_size=8, budget=20, max_depth=7, draft_temperature=1.0, draft_top_k=2)
+    settings = ServerSettings(block_size=8, tree=TreeSettings(20, 7, 1.0), draft_top_k=2)
     logits = torch.randn(3, settings.tree_depth, 50, generator=torch.Generator().manual_seed(0))
     topk, tree = draft_tree(logits, settings, None, impl="reference")
     assert topk.token_ids.shape == (3, 7, 2) and tree.num_nodes.tolist() == [20, 20, 20]
@@ -177,12 +201,12 @@ def test_top_k_knob_limits_children_per_node():
 
 
 def test_hold_chain_knob():
-    assert ServerSettings.from_env({"SGLANG_DDTREE_HOLD_CHAIN": "1"}, 16).hold_chain
-    assert not ServerSettings.from_env({"SGLANG_DDTREE_HOLD_CHAIN": " 0 "}, 16).hold_chain
+    assert ServerSettings.from_env({"SGLANG_DDTREE_HOLD_CHAIN": "1"}, 16).tree.hold_chain
+    assert not ServerSettings.from_env({"SGLANG_DDTREE_HOLD_CHAIN": " 0 "}, 16).tree.hold_chain
     held = server(budget=31, max_depth=8, hold_chain=True)
-    assert RequestSettings.defaults(held).hold_chain and held.info()["ddtree_hold_chain"]
-    assert not RequestSettings.from_custom_params({"ddtree_hold_chain": False}, held).hold_chain
-    assert RequestSettings.from_custom_params({"ddtree_hold_chain": True}, server(budget=31)).hold_chain
+    assert held.request_defaults().hold_chain and held.info()["ddtree_hold_chain"]
+    assert not held.request_settings({"ddtree_hold_chain": False}).hold_chain
+    assert server(budget=31).request_settings({"ddtree_hold_chain": True}).hold_chain
 
 
 def test_held_trees_through_request_limits():
@@ -195,7 +219,7 @@ def test_held_trees_through_request_limits():
 
     settings = server(block=8, budget=12, max_depth=7)
     logits = torch.randn(2, settings.tree_depth, 40, generator=torch.Generator().manual_seed(2)) * 3
-    requests = [RequestSettings(12, 3, 1.0, hold_chain=True), RequestSettings(12, 7, 1.0)]
+    requests = [TreeSettings(12, 3, 1.0, hold_chain=True), TreeSettings(12, 7, 1.0)]
     topk, tree = draft_tree(logits, settings, staged_limits(requests, pin=False), impl="torch")
     _, plain = draft_tree(logits, settings, None, impl="torch")
     held = build_tree_from_topk(topk, 12, max_depth=3, hold_chain=True, impl="reference")

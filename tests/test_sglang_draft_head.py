@@ -4,15 +4,16 @@ import pytest
 import torch
 from trees import capture_cuda_graph
 
+from ddtree_core.settings import TreeSettings
 from ddtree_core.sglang import rounds
-from ddtree_core.sglang.config import DDTreeConfigError, RequestSettings, ServerSettings
+from ddtree_core.sglang.config import DDTreeConfigError, ServerSettings
 from ddtree_core.sglang.draft_head import DraftHead, enabled
 
 HIDDEN, VOCAB = 16, 40
 
 
 def make_head(budget=8, max_bs=4, depth=5):
-    settings = ServerSettings(block_size=6, budget=budget, max_depth=depth, draft_temperature=1.0)
+    settings = ServerSettings(block_size=6, tree=TreeSettings(budget, depth, 1.0))
     weight = torch.randn(VOCAB, HIDDEN, generator=torch.Generator().manual_seed(1))
     logits_fn = lambda hidden: hidden @ weight.T  # noqa: E731 - the target head
     head = DraftHead(settings, logits_fn, hidden_size=HIDDEN, max_bs=max_bs, device="cpu", dtype=torch.float32)
@@ -42,7 +43,7 @@ def test_head_equals_the_eager_round(bs):
     generator = torch.Generator().manual_seed(bs)
     hidden = torch.randn(bs * settings.block_size, HIDDEN, generator=generator)
     mixed = [(8, 5, 1.0, True), (3, 2, 0.5, False), (0, 5, 1.0, True), (8, 1, 2.0, True)][:bs]
-    requests = [RequestSettings(b, d, t, hold_chain=h) for b, d, t, h in mixed]
+    requests = [TreeSettings(b, d, t, hold_chain=h) for b, d, t, h in mixed]
     head.load(requests)
     head(hidden)
     assert_round_equal(head.outputs(bs), eager_round(settings, logits_fn, hidden, requests))
@@ -53,10 +54,10 @@ def test_limits_follow_the_requests_from_round_to_round():
     head, settings, logits_fn = make_head()
     generator = torch.Generator().manual_seed(7)
     rounds_inputs = [
-        [RequestSettings(2, 5, 1.0)] * 4,
-        [RequestSettings.defaults(settings), RequestSettings(5, 3, 0.7)],
-        [RequestSettings(8, 5, 1.0, hold_chain=True), RequestSettings.defaults(settings)],
-        [RequestSettings.defaults(settings)] * 3,
+        [TreeSettings(2, 5, 1.0)] * 4,
+        [settings.request_defaults(), TreeSettings(5, 3, 0.7)],
+        [TreeSettings(8, 5, 1.0, hold_chain=True), settings.request_defaults()],
+        [settings.request_defaults()] * 3,
     ]
     for requests in rounds_inputs:
         bs = len(requests)
@@ -70,7 +71,7 @@ def test_limits_follow_the_requests_from_round_to_round():
 def test_batch_above_the_maximum_is_refused():
     head, settings, _ = make_head(max_bs=2)
     with pytest.raises(ValueError, match="exceeds the captured maximum 2"):
-        head.load([RequestSettings.defaults(settings)] * 3)
+        head.load([settings.request_defaults()] * 3)
 
 
 def test_knob_values():
@@ -86,15 +87,15 @@ def test_knob_values():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_head_replays_in_a_cuda_graph_with_new_inputs():
     """Captured once at batch 4 (as SGLang's draft graph runner does), replayed for another round's inputs."""
-    settings = ServerSettings(block_size=16, budget=64, max_depth=15, draft_temperature=1.0)
+    settings = ServerSettings(block_size=16, tree=TreeSettings(64, 15, 1.0))
     weight = torch.randn(4096, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(0)).bfloat16()
     logits_fn = lambda hidden: hidden @ weight.T  # noqa: E731
     head = DraftHead(settings, logits_fn, hidden_size=64, max_bs=8, device="cuda", dtype=torch.bfloat16)
     hidden = torch.zeros(4 * 16, 64, device="cuda", dtype=torch.bfloat16)
-    defaults = RequestSettings.defaults(settings)
+    defaults = settings.request_defaults()
     head.load([defaults] * 4)
     graph, _ = capture_cuda_graph(lambda: head(hidden))  # after a sync-free eager run
-    requests = [defaults, RequestSettings(15, 15, 1.0), RequestSettings(64, 3, 0.5), RequestSettings(0, 15, 1.0)]
+    requests = [defaults, TreeSettings(15, 15, 1.0), TreeSettings(64, 3, 0.5), TreeSettings(0, 15, 1.0)]
     hidden.copy_(torch.randn(4 * 16, 64, device="cuda").bfloat16())
     head.load(requests)
     graph.replay()

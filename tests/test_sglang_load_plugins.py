@@ -59,7 +59,7 @@ for case, flags, budget in (("default", [], None), ("budget 63", [], "63"),
                                     "--device", "cuda", "--skip-tokenizer-init", *flags])
         getattr(args, "resolve_once", lambda: None)()  # SGLang >= 0.5.19 resolves on demand
         settings = settings_of(args)
-        result[case] = [args.speculative_dflash_block_size, args.speculative_num_draft_tokens, settings.budget]
+        result[case] = [args.speculative_dflash_block_size, args.speculative_num_draft_tokens, settings.tree.budget]
     except Exception as error:
         result[case] = f"{type(error).__name__}: {error}"
 with open(out, "w") as f:

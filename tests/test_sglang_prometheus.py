@@ -20,13 +20,14 @@ import torch
 from trees import worked_example_topk
 
 from ddtree_core import build_tree_from_topk
+from ddtree_core.settings import TreeSettings
 from ddtree_core.sglang import prometheus
 from ddtree_core.sglang.config import ServerSettings
 from ddtree_core.sglang.prometheus import histogram_specs, integer_buckets, node_buckets, observations
 from ddtree_core.sglang.rounds import round_stats_rows
 from ddtree_core.verify import follow_tree
 
-SERVER = ServerSettings(block_size=16, budget=64, max_depth=15, draft_temperature=1.0)
+SERVER = ServerSettings(block_size=16, tree=TreeSettings(64, 15, 1.0))
 LABELS = {"model_name": "smol", "tp_rank": "0"}
 # The worked example's scores, nodes 10, 12, 13, 11 (trees.py): the drafter's forecast of tau.
 EXPECTED_TAU = 1 + sum(math.exp(s) for s in (-0.1, -0.3, -2.0, -2.5))
@@ -70,7 +71,7 @@ def test_histogram_specs_follow_the_server_widths():
     assert specs["sglang:ddtree_accept_length"].buckets == integer_buckets(1, 16)
     assert specs["sglang:ddtree_tree_nodes"].buckets == node_buckets(64)
     assert specs["sglang:ddtree_depth_reached"].buckets == tuple(float(v) for v in range(16))
-    shallow = ServerSettings(block_size=16, budget=4, max_depth=15, draft_temperature=1.0)  # tree depth 4
+    shallow = ServerSettings(block_size=16, tree=TreeSettings(4, 15, 1.0))  # tree depth 4
     assert {s.name: s.buckets[-1] for s in histogram_specs(shallow)}["sglang:ddtree_accept_length"] == 5.0
 
 
@@ -137,8 +138,9 @@ def test_multiprocess_mode_reaches_the_metrics_directory(tmp_path):
         from ddtree_core.sglang import prometheus
         assert "prometheus_client" not in sys.modules
         from prometheus_client import Counter, Histogram
+        from ddtree_core.settings import TreeSettings
         from ddtree_core.sglang.config import ServerSettings
-        settings = ServerSettings(block_size=16, budget=64, max_depth=15, draft_temperature=1.0)
+        settings = ServerSettings(block_size=16, tree=TreeSettings(64, 15, 1.0))
         metrics = prometheus.DDTreeMetrics(
             {LABELS!r}, prometheus.histogram_specs(settings), histogram_cls=Histogram, counter_cls=Counter
         )

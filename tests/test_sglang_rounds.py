@@ -16,8 +16,9 @@ from ddtree_core.encoding import to_retrive
 from ddtree_core.kv import apply_plan, compaction_plan
 from ddtree_core.mask import flat_verify_mask
 from ddtree_core.metrics import SUMMARY_KEYS, round_stats, summarize, target_token_ranks
+from ddtree_core.settings import TreeSettings
 from ddtree_core.sglang import plugin
-from ddtree_core.sglang.config import RequestSettings, ServerSettings
+from ddtree_core.sglang.config import ServerSettings
 from ddtree_core.sglang.rounds import (
     committed_path,
     draft_block_inputs,
@@ -132,7 +133,7 @@ def test_kv_pairs_leave_the_compacted_cache(seed):
         assert torch.equal(chunked_move(pool.clone(), dst, src, chunk), expected), chunk
 
 
-SERVER = ServerSettings(block_size=6, budget=8, max_depth=4, draft_temperature=0.8)  # D = 4, W = 9
+SERVER = ServerSettings(block_size=6, tree=TreeSettings(8, 4, 0.8))  # D = 4, W = 9
 
 
 def padded_single_tree(logits, budget, depth, temperature):
@@ -158,16 +159,16 @@ def padded_single_tree(logits, budget, depth, temperature):
 def test_per_request_limits_give_each_request_its_own_tree(impl):
     logits = torch.randn(4, SERVER.tree_depth, 50, generator=torch.Generator().manual_seed(3)) * 3
     requests = [
-        RequestSettings(8, 4, 0.8),
-        RequestSettings(6, 1, 0.5),
-        RequestSettings(5, 2, 0.3),
-        RequestSettings(0, 1, 2.0),
+        TreeSettings(8, 4, 0.8),
+        TreeSettings(6, 1, 0.5),
+        TreeSettings(5, 2, 0.3),
+        TreeSettings(0, 1, 2.0),
     ]
     limits = request_limits(requests, SERVER, torch.device("cpu"))
     topk, tree = draft_tree(logits, SERVER, limits, impl=impl)
     assert tree.width == SERVER.verify_width and tree.max_depth == SERVER.tree_depth
     assert topk.log_probs.shape == (4, SERVER.tree_depth, SERVER.top_k)
-    unlimited = draft_tree(logits, SERVER, request_limits([RequestSettings(8, 4, 0.3)] * 4, SERVER, "cpu"))[1]
+    unlimited = draft_tree(logits, SERVER, request_limits([TreeSettings(8, 4, 0.3)] * 4, SERVER, "cpu"))[1]
     assert unlimited.depths[2].max() > 2  # the depth limits below bind
     for b, request in enumerate(requests):
         single = padded_single_tree(logits[b : b + 1], request.budget, request.max_depth, request.draft_temperature)
@@ -181,16 +182,16 @@ def test_per_request_limits_give_each_request_its_own_tree(impl):
 
 def test_server_defaults_build_the_plain_tree():
     logits = torch.randn(2, SERVER.tree_depth, 50, generator=torch.Generator().manual_seed(4))
-    assert request_limits([RequestSettings.defaults(SERVER)] * 2, SERVER, torch.device("cpu")) is None
+    assert request_limits([SERVER.request_defaults()] * 2, SERVER, torch.device("cpu")) is None
     _, tree = draft_tree(logits, SERVER, None, impl="reference")
-    plain = build_tree(logits, SERVER.budget, max_depth=SERVER.tree_depth, draft_temperature=0.8, impl="reference")
+    plain = build_tree(logits, SERVER.tree.budget, max_depth=SERVER.tree_depth, draft_temperature=0.8, impl="reference")
     assert torch.equal(tree.parents[:, : plain.width], plain.parents)
     assert torch.equal(tree.token_ids[:, : plain.width - 1], plain.token_ids)
     assert (tree.parents[:, plain.width :] == -1).all()
 
 
 def test_request_limits_tensors():
-    limits = request_limits([RequestSettings(8, 4, 0.8), RequestSettings(2, 1, 1.5)], SERVER, torch.device("cpu"))
+    limits = request_limits([TreeSettings(8, 4, 0.8), TreeSettings(2, 1, 1.5)], SERVER, torch.device("cpu"))
     assert limits.budgets.tolist() == [8, 2] and limits.budgets.dtype == torch.int64
     assert limits.max_depths.tolist() == [4, 1] and limits.max_depths.dtype == torch.int64
     assert limits.draft_temperatures.tolist() == [0.800000011920929, 1.5]
@@ -285,12 +286,12 @@ def test_hooks_leave_other_results_alone():
 def test_worker_round_tensors_never_sync_on_cuda(per_request):
     """Everything the worker computes between the drafter's logits and SGLang's KV helpers, under
     torch.cuda.set_sync_debug_mode("error"): a host sync would stall overlap scheduling every round."""
-    server = ServerSettings(block_size=16, budget=64, max_depth=15, draft_temperature=1.0)
+    server = ServerSettings(block_size=16, tree=TreeSettings(64, 15, 1.0))
     batch, vocab = 4, 49152
     logits = torch.randn(batch, server.tree_depth, vocab, device="cuda").bfloat16()
     bonus = torch.randint(0, vocab, (batch,), device="cuda")
     prefix = torch.tensor([100, 7, 300, 42], device="cuda")
-    settings = [RequestSettings(budget, 15, 1.0) for budget in (64, 15, 32, 1)]
+    settings = [TreeSettings(budget, 15, 1.0) for budget in (64, 15, 32, 1)]
     req_to_token = torch.arange(8 * 1024, dtype=torch.int32, device="cuda").view(8, 1024)
     pools = torch.tensor([3, 0, 7, 5], dtype=torch.int32, device="cuda")
     torch.cuda.synchronize()

@@ -9,7 +9,8 @@ import pytest
 
 pytest.importorskip("sglang.srt.speculative.dflash_worker_v2")
 
-from ddtree_core.sglang.config import RequestSettings, ServerSettings  # noqa: E402
+from ddtree_core.settings import TreeSettings  # noqa: E402
+from ddtree_core.sglang.config import ServerSettings, admit  # noqa: E402
 from ddtree_core.sglang.worker import DDTreeWorker  # noqa: E402
 
 
@@ -28,16 +29,26 @@ def test_overrides_take_sglangs_parameters():
 
 
 def test_request_settings_are_parsed_once_per_request(monkeypatch):
-    server = ServerSettings(block_size=16, budget=64, max_depth=15, draft_temperature=1.0)
+    server = ServerSettings(block_size=16, tree=TreeSettings(64, 15, 1.0))
     worker = SimpleNamespace(settings=server, _warned_request_settings=False)
     reqs = [SimpleNamespace(sampling_params=SimpleNamespace(custom_params=params))
             for params in ({"ddtree_budget": 8}, None, {"ddtree_budget": 1000})]  # fmt: skip
     first = DDTreeWorker._request_settings(worker, reqs)
-    assert first == [RequestSettings(8, 15, 1.0), RequestSettings.defaults(server), RequestSettings.defaults(server)]
+    assert first == [TreeSettings(8, 15, 1.0), server.request_defaults(), server.request_defaults()]
     assert worker._warned_request_settings  # the out-of-range budget ran with the defaults, with a warning
     calls = []
-    monkeypatch.setattr(RequestSettings, "from_custom_params", classmethod(lambda cls, *a: calls.append(a)))
+    monkeypatch.setattr(TreeSettings, "from_custom_params", classmethod(lambda cls, *a, **k: calls.append(a)))
     assert DDTreeWorker._request_settings(worker, reqs) == first and calls == []
+
+
+def test_request_settings_parsed_at_admission_are_not_parsed_again(monkeypatch):
+    server = ServerSettings(block_size=16, tree=TreeSettings(64, 15))
+    worker = SimpleNamespace(settings=server, _warned_request_settings=False)
+    req = SimpleNamespace(sampling_params=SimpleNamespace(custom_params={"ddtree_budget": 8}))
+    assert admit(req, server) is None
+    calls = []
+    monkeypatch.setattr(TreeSettings, "from_custom_params", classmethod(lambda cls, *a, **k: calls.append(a)))
+    assert DDTreeWorker._request_settings(worker, [req]) == [TreeSettings(8, 15)] and calls == []
 
 
 def test_worker_builds_before_the_kv_pool_exists(monkeypatch):
@@ -47,7 +58,7 @@ def test_worker_builds_before_the_kv_pool_exists(monkeypatch):
 
     from ddtree_core.sglang import worker as worker_module
 
-    server = ServerSettings(block_size=16, budget=15, max_depth=15, draft_temperature=1.0)
+    server = ServerSettings(block_size=16, tree=TreeSettings(15, 15, 1.0))
     model = SimpleNamespace(logits_processor=object(), lm_head=object())
     runner = SimpleNamespace(
         model=model, token_to_kv_pool_allocator=None, mambaish_config=None, is_hybrid_swa=False,
@@ -74,7 +85,7 @@ def test_decode_round_wires_the_round_functions(monkeypatch):
     from ddtree_core.sglang import rounds
     from ddtree_core.sglang.profile import StageTimer
 
-    server = ServerSettings(block_size=4, budget=5, max_depth=3, draft_temperature=1.0)  # W = 6, D = 3
+    server = ServerSettings(block_size=4, tree=TreeSettings(5, 3, 1.0))  # W = 6, D = 3
     bs, vocab, hidden, width = 2, 40, 8, server.verify_width
     generator = torch.Generator().manual_seed(0)
     draft_logits = torch.randn(bs, server.tree_depth, vocab, generator=generator) * 3

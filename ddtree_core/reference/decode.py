@@ -34,6 +34,7 @@ from transformers import DynamicCache
 from ddtree_core import mask as tree_mask
 from ddtree_core import metrics, verify
 from ddtree_core.policy import AutoBudget, expected_accepts
+from ddtree_core.settings import TreeSettings
 from ddtree_core.tree import DraftTopK, DraftTree, build_tree_from_topk, draft_topk
 
 METHODS = ("ar", "dflash", "ddtree")
@@ -60,26 +61,24 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """The decoding method and its knobs."""
+    """The decoding method and its knobs.
+
+    DDTree's four knobs are `tree` (ddtree_core.settings, which checks them): budget, non-root tree nodes per
+    round; max_depth, 1 .. block_size - 1 (None: block_size - 1); draft_temperature, which scales the draft
+    logits before the tree's log-softmax; hold_chain, trees that hold the drafter's rank-0 chain first
+    (ddtree_core.tree); and auto, each round's budget up to `budget` chosen by the engine's AutoBudget.
+    Example: SpecConfig("ddtree", TreeSettings(16, 4, 3.0)) builds trees of 16 nodes at most 4 deep."""
 
     method: str = "ddtree"  # ar | dflash | ddtree
-    budget: int = 64  # DDTree: non-root tree nodes per round
-    max_depth: int | None = None  # DDTree: depth limit, 1 .. block_size - 1 (None: block_size - 1)
+    tree: TreeSettings = TreeSettings(64, None)  # DDTree's knobs; ar and dflash ignore them
     block_size: int | None = None  # None: the drafter's
-    draft_temperature: float = 1.0  # DDTree: scales draft logits before the tree's log-softmax
-    hold_chain: bool = False  # DDTree: the tree holds the drafter's rank-0 chain first (ddtree_core.tree)
     tree_impl: str = "reference"  # ddtree_core implementation for tree build, mask and walk
-    auto: bool = False  # DDTree: each round's budget up to `budget` chosen by the engine's AutoBudget
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if self.budget < 0 or (self.max_depth is not None and self.max_depth < 1):
-            raise ValueError(f"need budget >= 0 and max_depth >= 1, got {self.budget}, {self.max_depth}")
-        if not self.draft_temperature > 0:
-            raise ValueError(f"draft_temperature must be > 0, got {self.draft_temperature}")
-        if not isinstance(self.hold_chain, bool):
-            raise ValueError(f"hold_chain must be a bool, got {self.hold_chain!r}")
+        if not isinstance(self.tree, TreeSettings):
+            raise ValueError(f"tree must be a TreeSettings, got {self.tree!r}")
 
 
 @dataclass(frozen=True)
@@ -165,7 +164,7 @@ def generate(
     stop_check: called with the generated tokens after each new token; a returned string ends the
     response ("stop", matched = that string). Used for stop strings.
     auto: DDTree's budget chosen each round (`ddtree_core.policy.AutoBudget`, which this call updates; trees
-    are built at its largest budget, then cut to the chosen one); spec.budget is then ignored.
+    are built at its largest budget, then cut to the chosen one); spec.tree.budget is then ignored.
     """
     sampling, spec = sampling or SamplingConfig(), spec or SpecConfig()
     prompt = _as_list(input_ids)
@@ -185,8 +184,8 @@ def generate(
 
 def check_depth(spec: SpecConfig, block_size: int) -> None:
     """A DDTree depth limit must fit in the drafted block (block_size - 1 positions)."""
-    if spec.max_depth is not None and spec.max_depth > block_size - 1:
-        raise ValueError(f"max_depth {spec.max_depth} exceeds the drafted block ({block_size - 1} positions)")
+    if spec.tree.max_depth is not None and spec.tree.max_depth > block_size - 1:
+        raise ValueError(f"max_depth {spec.tree.max_depth} exceeds the drafted block ({block_size - 1} positions)")
 
 
 class _Clock:
@@ -331,9 +330,9 @@ class _Run:
             topk = draft_topk(logits, min(length, vocab), impl=impl)
             chain = DraftTopK(log_probs=topk.log_probs[..., :1], token_ids=topk.token_ids[..., :1])
             return topk, build_tree_from_topk(chain, length, impl=impl)
-        depth = length if self.spec.max_depth is None else self.spec.max_depth
-        budget = self.spec.budget if self.auto is None else self.auto.largest
-        temperature = self.spec.draft_temperature
+        depth = length if self.spec.tree.max_depth is None else self.spec.tree.max_depth
+        budget = self.spec.tree.budget if self.auto is None else self.auto.largest
+        temperature = self.spec.tree.draft_temperature
         topk = draft_topk(logits[:, :depth], max(1, min(budget, vocab)), draft_temperature=temperature, impl=impl)
         return topk, self._build(topk, budget)
 
@@ -341,7 +340,7 @@ class _Run:
         """The tree of `budget` nodes (the same from any top-K with K >= min(budget, vocab): a node of rank r
         follows its r better siblings in pop order, so a tree of b nodes holds ranks < b only)."""
         depth = topk.token_ids.shape[1]
-        impl, hold = self.spec.tree_impl, self.spec.hold_chain
+        impl, hold = self.spec.tree_impl, self.spec.tree.hold_chain
         return build_tree_from_topk(topk, budget, max_depth=depth, hold_chain=hold, impl=impl)
 
     def _compile(self, tree: DraftTree, root: int, start: int):

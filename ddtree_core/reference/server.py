@@ -48,7 +48,14 @@ from ddtree_core import metrics, ops
 from ddtree_core.policy import AutoBudget, auto_budgets
 from ddtree_core.reference.decode import Generation, SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
-from ddtree_core.settings import TreeSettings, TreeSettingsError
+from ddtree_core.settings import (
+    PARAM_BUDGET,
+    PARAM_DRAFT_TEMPERATURE,
+    PARAM_HOLD_CHAIN,
+    PARAM_MAX_DEPTH,
+    TreeSettings,
+    TreeSettingsError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +147,7 @@ class ReferenceEngine:
                 proposer=proposer,
                 timing=True,
                 stop_check=self._stop_check(request.stop),
-                auto=self.auto if request.spec.auto else None,
+                auto=self.auto if request.spec.tree.auto else None,
             )
         return self._response(request, result, time.perf_counter() - received)
 
@@ -193,11 +200,11 @@ class ReferenceEngine:
             "speculative_draft_model_path": self.draft_path,
             "speculative_num_draft_tokens": block,
             "ddtree_method": self.spec.method,
-            "ddtree_budget": self.spec.budget,
-            "ddtree_max_depth": self.spec.max_depth,
+            PARAM_BUDGET: self.spec.tree.budget,
+            PARAM_MAX_DEPTH: self.spec.tree.max_depth,
             "ddtree_block_size": block,
-            "ddtree_draft_temperature": self.spec.draft_temperature,
-            "ddtree_hold_chain": self.spec.hold_chain,
+            PARAM_DRAFT_TEMPERATURE: self.spec.tree.draft_temperature,
+            PARAM_HOLD_CHAIN: self.spec.tree.hold_chain,
             "ddtree_tree_impl": self.spec.tree_impl,
             "dtype": str(self.target.dtype).removeprefix("torch."),
             "draft_dtype": None if self.drafter is None else str(self.drafter.dtype).removeprefix("torch."),
@@ -270,19 +277,13 @@ class ReferenceEngine:
         if custom is None or self.spec.method != "ddtree":
             return self.spec
         block = self.spec.block_size or self.drafter.block_size
-        server = TreeSettings(self.spec.budget, self.spec.max_depth, self.spec.draft_temperature, self.spec.hold_chain)
         try:
-            chosen = server.with_custom_params(custom, max_depth=block - 1, auto_served=self.auto is not None)
+            tree = TreeSettings.from_custom_params(
+                custom, server=self.spec.tree, max_depth=block - 1, auto_served=self.auto is not None
+            )
         except TreeSettingsError as error:
             raise RequestError(str(error)) from None
-        return dataclasses.replace(
-            self.spec,
-            budget=chosen.budget,
-            max_depth=chosen.max_depth,
-            draft_temperature=chosen.draft_temperature,
-            hold_chain=chosen.hold_chain,
-            auto=chosen.auto,
-        )
+        return dataclasses.replace(self.spec, tree=tree)
 
     def _stop_check(self, stop: tuple[str, ...]):
         """A decode-time check for stop strings over a window of the latest tokens."""
@@ -503,10 +504,10 @@ def load_engine(
 
     models = loading.load_models(model, draft, dtype=dtype, device=device, draft_dtype=draft_dtype)
     auto = None
-    if spec.method == "ddtree" and spec.budget >= 1:  # budget=auto's verify cost, measured here (seconds)
+    if spec.method == "ddtree" and spec.tree.budget >= 1:  # budget=auto's verify cost, measured here (seconds)
         from ddtree_core.reference.cost import measure_verify_cost
 
-        budgets = auto_budgets(spec.budget)
+        budgets = auto_budgets(spec.tree.budget)
         cost = measure_verify_cost(models.target, (1,) + tuple(b + 1 for b in budgets))
         logger.info("budget=auto weighs budgets %s; verify ms at %s tokens: %s", budgets, cost.tokens, cost.ms)
         auto = AutoBudget(cost, budgets)
@@ -525,15 +526,8 @@ def load_engine(
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    spec = SpecConfig(
-        method=args.method,
-        budget=args.budget,
-        max_depth=args.max_depth,
-        block_size=args.block_size,
-        draft_temperature=args.draft_temperature,
-        hold_chain=args.hold_chain,
-        tree_impl=args.tree_impl,
-    )
+    tree = TreeSettings(args.budget, args.max_depth, args.draft_temperature, args.hold_chain)
+    spec = SpecConfig(method=args.method, tree=tree, block_size=args.block_size, tree_impl=args.tree_impl)
     if args.device.startswith("cuda") and ops.triton_available():  # DDTREE_PDL=0: plain kernel launches
         from ddtree_core.kernels import pdl
 

@@ -29,8 +29,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ddtree_core.settings import TreeSettings, env_flag
 from ddtree_core.sglang import rounds
-from ddtree_core.sglang.config import RequestSettings, ServerSettings, env_flag
+from ddtree_core.sglang.config import ServerSettings
 from ddtree_core.tree import DraftTopK, DraftTree
 
 ENV_DRAFT_GRAPH = "SGLANG_DDTREE_DRAFT_GRAPH"
@@ -61,20 +62,20 @@ class DraftHead:
         self.block_size = settings.block_size
         self.max_bs = max_bs
         self._logits_fn = logits_fn
-        defaults = RequestSettings.defaults(settings)
+        defaults = settings.request_defaults()
         self.limits = rounds.RequestLimits(
             budgets=torch.full((max_bs,), defaults.budget, dtype=torch.int64, device=device),
             max_depths=torch.full((max_bs,), defaults.max_depth, dtype=torch.int64, device=device),
             draft_temperatures=torch.full((max_bs,), defaults.draft_temperature, dtype=torch.float32, device=device),
             hold_chains=torch.full((max_bs,), defaults.hold_chain, dtype=torch.bool, device=device),
         )
-        self._loaded: list[RequestSettings] = [defaults] * max_bs  # what the limit buffers hold, per row
+        self._loaded: list[TreeSettings] = [defaults] * max_bs  # what the limit buffers hold, per row
         self._device = torch.device(device)
         self._out: dict[str, torch.Tensor] = {}
         # One eager pass allocates every output buffer (max_bs rows) outside any graph capture.
         self(torch.zeros(self.block_size, hidden_size, dtype=dtype, device=device))
 
-    def load(self, settings: Sequence[RequestSettings]) -> None:
+    def load(self, settings: Sequence[TreeSettings]) -> None:
         """Fill rows [:bs] of the limits, copied from the host only when they changed."""
         bs = len(settings)
         if bs > self.max_bs:

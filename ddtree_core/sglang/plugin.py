@@ -10,8 +10,9 @@ Hooks (HookRegistry; each acts only when the server runs DDTREE):
   captured with the runner's custom-mask buffer. Without it Triton replays a mask-free graph, i.e.
   causal attention over the tree, silently; FlashInfer refuses at replay.
 - spec_info.create_dummy_verify_input (AROUND): warmup runs pass the same mask buffer.
-- dflash_utils.validate_dflash_request (AROUND): admission also checks the ddtree_* custom_params and
-  refuses min_p (the tree walk samples temperature / top-p / top-k only).
+- dflash_utils.validate_dflash_request (AROUND): admission also checks the ddtree_* custom_params (parsed
+  here, once, and kept on the request for the worker: config.admit) and refuses min_p (the tree walk samples
+  temperature / top-p / top-k only).
 - SchedulerBatchResultProcessor._handle_finish_state_updated_req (AFTER): keeps each request's
   per-round stats rows; when it finishes, puts them into customized_info at its last token. With
   --enable-metrics it also records each row in the DDTree Prometheus metrics (prometheus.py).
@@ -151,12 +152,12 @@ def _validate_request(original, req, enable_overlap):
     server_args = _ddtree_server()
     if error is not None or server_args is None:
         return error
-    from ddtree_core.sglang.config import request_error
+    from ddtree_core.sglang.config import admit
     from ddtree_core.sglang.spec_algo import settings_of
 
     if req.sampling_params.min_p > 0:
         return "DDTREE speculative decoding does not support min_p yet."
-    return request_error(req.sampling_params.custom_params, settings_of(server_args))
+    return admit(req, settings_of(server_args))
 
 
 def _collect_round(ret, processor, req, batch, result, i, logits_output):

@@ -76,7 +76,7 @@ def histogram_specs(settings: ServerSettings) -> tuple[HistogramSpec, ...]:
             "sglang:ddtree_tree_nodes",
             "Non-root nodes of a request's DDTree tree per round.",
             "num_nodes",
-            node_buckets(settings.budget),
+            node_buckets(settings.tree.budget),
         ),
         HistogramSpec(
             "sglang:ddtree_depth_reached",

@@ -14,7 +14,7 @@ round_tail does the last three in one call (one Triton launch on CUDA).
 Verify column i of request b is flat verify token b * W + i (SGLang lays verify tokens out request
 by request), so a node's KV slot, logits row and hidden-state row are all found at that index.
 
-Per-request settings (RequestSettings) never change a shape: a smaller budget leaves padding columns,
+Per-request settings (TreeSettings) never change a shape: a smaller budget leaves padding columns,
 a smaller depth limit sets the drafter's log-probs of deeper positions to -inf, a temperature divides
 that request's logits before the top-K.
 """
@@ -31,7 +31,8 @@ import torch
 from ddtree_core import metrics, ops
 from ddtree_core.encoding import positions as tree_positions
 from ddtree_core.mask import ancestor_mask, scatter_verify_mask
-from ddtree_core.sglang.config import RequestSettings, ServerSettings
+from ddtree_core.settings import TreeSettings
+from ddtree_core.sglang.config import ServerSettings
 from ddtree_core.tree import DraftTopK, DraftTree, build_tree_from_topk, draft_topk
 from ddtree_core.types import STATS_COLUMNS, CommittedPath
 from ddtree_core.verify import TreeWalk, emitted_tokens, follow_tree
@@ -57,10 +58,10 @@ class VerifyBatch:
 
 
 def request_limits(
-    settings: Sequence[RequestSettings], server: ServerSettings, device: torch.device
+    settings: Sequence[TreeSettings], server: ServerSettings, device: torch.device
 ) -> RequestLimits | None:
     """Device tensors of per-request settings, or None when every request runs the server defaults."""
-    default = RequestSettings.defaults(server)
+    default = server.request_defaults()
     if all(s == default for s in settings):
         return None
     staged = staged_limits(settings, pin=torch.device(device).type == "cuda")
@@ -68,7 +69,7 @@ def request_limits(
     return RequestLimits(*(getattr(staged, f.name).to(device, non_blocking=True) for f in fields))
 
 
-def staged_limits(settings: Sequence[RequestSettings], *, pin: bool) -> RequestLimits:
+def staged_limits(settings: Sequence[TreeSettings], *, pin: bool) -> RequestLimits:
     """Per-request settings as host tensors (pinned for an asynchronous copy: the allocator keeps the
     staging memory alive until the copy completes)."""
 
@@ -92,9 +93,9 @@ def draft_tree(
     """
     k = max(1, min(server.top_k, draft_logits.shape[-1]))
     if limits is None:
-        topk = draft_topk(draft_logits, k, draft_temperature=server.draft_temperature, impl=impl)
-        budget: int | torch.Tensor = server.budget
-        hold_chain: bool | torch.Tensor = server.hold_chain
+        topk = draft_topk(draft_logits, k, draft_temperature=server.tree.draft_temperature, impl=impl)
+        budget: int | torch.Tensor = server.tree.budget
+        hold_chain: bool | torch.Tensor = server.tree.hold_chain
     else:
         scaled = draft_logits.float() / limits.draft_temperatures.view(-1, 1, 1)
         topk = _limit_depths(draft_topk(scaled, k, draft_temperature=1.0, impl=impl), limits.max_depths)
@@ -253,7 +254,7 @@ def checked_tail_impl(device: torch.device | str, *, impl: str | None = None) ->
     if preferred != "triton":
         return preferred, None
     generator = torch.Generator().manual_seed(0)
-    server = ServerSettings(block_size=16, budget=24, max_depth=15, draft_temperature=1.0)
+    server = ServerSettings(block_size=16, tree=TreeSettings(budget=24, max_depth=15))
     logits = (torch.randn(3, server.tree_depth, 97, generator=generator) * 3).to(device)
     topk, tree = draft_tree(logits, server, None, impl="torch")
     target = torch.randint(0, 97, (3, tree.width), generator=generator).to(device)

@@ -44,8 +44,9 @@ from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from ddtree_core.kernels import kv_move, pdl
+from ddtree_core.settings import ENV_BUDGET, TreeSettings
 from ddtree_core.sglang import draft_head, info, rounds
-from ddtree_core.sglang.config import DDTreeConfigError, RequestSettings
+from ddtree_core.sglang.config import SETTINGS_ATTR, DDTreeConfigError
 from ddtree_core.sglang.profile import StageTimer
 from ddtree_core.sglang.spec_algo import draft_server_args, settings_of
 from ddtree_core.verify import sample_target_tokens
@@ -53,7 +54,6 @@ from ddtree_core.verify import sample_target_tokens
 logger = logging.getLogger(__name__)
 
 SUPPORTED_BACKEND_CLASSES = ("TritonAttnBackend", "FlashInferAttnBackend")
-_SETTINGS_ATTR = "_ddtree_settings"  # a request's RequestSettings, parsed at its first decode round
 
 
 class DDTreeWorker(DFlashWorkerV2):
@@ -86,7 +86,7 @@ class DDTreeWorker(DFlashWorkerV2):
             nccl_port,
             target_worker,
         )
-        check_target(target_worker.model_runner, self.settings.budget)
+        check_target(target_worker.model_runner, self.settings.tree.budget)
         self._logits_processor = target_worker.model_runner.model.logits_processor
         self._kv_mover = None  # (pool, kv_move rows or None), at the first round: the pool comes later
         self._logits_metadata = LogitsMetadata(forward_mode=ForwardMode.DECODE)
@@ -241,22 +241,23 @@ class DDTreeWorker(DFlashWorkerV2):
         lm_head = self.target_worker.model_runner.model.lm_head
         return self._logits_processor._get_logits(hidden, lm_head, self._logits_metadata)
 
-    def _request_settings(self, reqs) -> list[RequestSettings]:
+    def _request_settings(self, reqs) -> list[TreeSettings]:
         """Each request's settings, parsed once per request and kept on it (custom_params do not change
-        while it runs). Admission already refused invalid ones (plugin hook on validate_dflash_request);
-        should one get here anyway it runs with the server defaults."""
+        while it runs): at admission (config.admit, the plugin hook on validate_dflash_request, which also
+        refuses invalid ones), else here at its first decode round; should an invalid one get here anyway it
+        runs with the server defaults."""
         out = []
         for req in reqs:
-            settings = getattr(req, _SETTINGS_ATTR, None)
+            settings = getattr(req, SETTINGS_ATTR, None)
             if settings is None:
                 try:
-                    settings = RequestSettings.from_custom_params(req.sampling_params.custom_params, self.settings)
+                    settings = self.settings.request_settings(req.sampling_params.custom_params)
                 except DDTreeConfigError as error:
                     if not self._warned_request_settings:
                         logger.warning("DDTREE: running a request with the server defaults: %s", error)
                         self._warned_request_settings = True
-                    settings = RequestSettings.defaults(self.settings)
-                setattr(req, _SETTINGS_ATTR, settings)
+                    settings = self.settings.request_defaults()
+                setattr(req, SETTINGS_ATTR, settings)
             out.append(settings)
         return out
 
@@ -354,7 +355,7 @@ def check_target(model_runner, budget: int) -> None:
         raise ValueError("DDTREE does not support hybrid sliding-window targets.")
     vocab = int(model_runner.model_config.vocab_size)
     if vocab < budget:
-        raise ValueError(f"SGLANG_DDTREE_BUDGET {budget} exceeds the vocabulary ({vocab}).")
+        raise ValueError(f"{ENV_BUDGET} {budget} exceeds the vocabulary ({vocab}).")
     if getattr(model_runner.model, "logits_processor", None) is None or not hasattr(model_runner.model, "lm_head"):
         raise ValueError("DDTREE needs a target model with `lm_head` and `logits_processor`.")
 

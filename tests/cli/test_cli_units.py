@@ -20,7 +20,8 @@ from ddbench.baseline import offline_cells_from_pt
 from ddbench.config import CONFIG_DIR, Cell, DDBenchError, build_config, expand_cells, parse_gpus, read_config_file
 from ddbench.results import CellResult, RequestRecord, RunFolder, prompt_hash
 from ddbench.runner import plan_jobs, plan_slots, plan_sweep, server_spec
-from ddbench.server import LaunchSettings, Server, ServerError, ServerSpec
+from ddbench.server import Server, ServerError, ServerSpec
+from ddtree_core.settings import BUDGET_AUTO, TreeSettings
 
 MODELS = {"model": "m", "draft": "d"}
 
@@ -123,10 +124,10 @@ def test_auto_budget_from_a_flag_and_a_config_file(tmp_path):
     assert build_config({**read_config_file(str(path)), **MODELS}, {}).budgets == flag.budgets == ("auto", 15, 63)
     trees = [cell for cell in expand_cells(flag) if cell.method == "ddtree"]
     assert [cell.cell_id for cell in trees][0] == "gsm8k__ddtree-bauto-dauto-dt1__t0__c1"
-    assert {server_spec(flag, cell).launch for cell in trees} == {LaunchSettings(63, None, 1.0)}
+    assert {server_spec(flag, cell).launch for cell in trees} == {TreeSettings(63, None, 1.0)}
     assert server_spec(flag, trees[0]).command(1)[-4:] == ["--budget", "63", "--draft-temperature", "1.0"]
     alone = build_config({**MODELS, "budgets": "auto"}, {})
-    assert server_spec(alone, expand_cells(alone)[2]).launch == LaunchSettings(64, None, 1.0)
+    assert server_spec(alone, expand_cells(alone)[2]).launch == TreeSettings(64, None, 1.0)
     fixed = build_config({**MODELS, "budgets": "15,63"}, {})  # no auto: the reference server's own default
     assert server_spec(fixed, expand_cells(fixed)[2]).launch is None
     per_budget = build_config({**MODELS, "budgets": "auto,15", "restart_per_budget": True}, {})
@@ -185,7 +186,7 @@ def test_sglang_servers_per_gpu_group_and_widest_budget_at_launch():
     config = build_config({**MODELS, "engine": "sglang", "gpus": "0-3", "tp": 2, "budgets": "16,64"}, {})
     assert [slot.gpus for slot in plan_slots(config)] == [(0, 1), (2, 3)]
     spec = server_spec(config, expand_cells(config)[2])
-    assert spec.launch == LaunchSettings(64, None, 1.0)
+    assert spec.launch == TreeSettings(64, None, 1.0)
     command = spec.command(30001)
     assert command[1:3] == ["-m", "ddtree_core.sglang.launch_server"]
     assert command[command.index("--speculative-algorithm") + 1] == "DDTREE"
@@ -198,17 +199,17 @@ def test_sglang_servers_per_gpu_group_and_widest_budget_at_launch():
 
 
 def test_held_chain_launch():
-    held = LaunchSettings(31, None, 1.0, hold_chain=True)
+    held = TreeSettings(31, None, 1.0, hold_chain=True)
     env = ServerSpec("sglang", "ddtree", "m", "d", launch=held).environment()
     assert env["SGLANG_DDTREE_HOLD_CHAIN"] == "1"
-    plain = ServerSpec("sglang", "ddtree", "m", "d", launch=LaunchSettings(31, None, 1.0)).environment()
+    plain = ServerSpec("sglang", "ddtree", "m", "d", launch=TreeSettings(31, None, 1.0)).environment()
     assert plain.get("SGLANG_DDTREE_HOLD_CHAIN") == os.environ.get("SGLANG_DDTREE_HOLD_CHAIN")  # left as it was
     assert ServerSpec("reference", "ddtree", "m", "d", launch=held).command(1)[-1] == "--hold-chain"
     assert ServerSpec("sglang", "ddtree", "m", "d", launch=held).label == "sglang-ddtree-b31-dauto-dt1-chain"
 
 
 def test_reference_command():
-    spec = ServerSpec("reference", "ddtree", "m", "d", launch=LaunchSettings(8, 3, 0.5), cpu_threads=1)
+    spec = ServerSpec("reference", "ddtree", "m", "d", launch=TreeSettings(8, 3, 0.5), cpu_threads=1)
     command = spec.command(4000)
     assert command[1:3] == ["-m", "ddtree_core.reference.server"]
     pairs = dict(zip(command[3::2], command[4::2]))
@@ -615,6 +616,20 @@ def test_client_sends_budget_auto():
     }  # fmt: skip
     running = client.sampling_params(auto, config, explicit_block=4)["custom_params"]
     assert running["ddtree_budget"] == "auto" and running["ddtree_max_depth"] == 3
+
+
+def test_cells_carry_their_tree_settings():
+    """A DDTree cell's knobs as the one TreeSettings its requests ask for; ar and dflash have none."""
+    from ddbench.config import AUTO_BUDGET
+
+    assert AUTO_BUDGET == BUDGET_AUTO
+    assert TREE.tree_settings() == TreeSettings(8, None, 1.0)
+    held = dataclasses.replace(TREE, budget=16, max_depth=3, draft_temperature=0.5, hold_chain=True)
+    assert held.tree_settings() == TreeSettings(16, 3, 0.5, True)
+    assert dataclasses.replace(TREE, budget="auto").tree_settings() == TreeSettings(0, None, auto=True)
+    assert AR.tree_settings() is None and dataclasses.replace(AR, method="dflash").tree_settings() is None
+    params = client.sampling_params(held, build_config(MODELS, {}))["custom_params"]
+    assert params == held.tree_settings().to_custom_params()
 
 
 def test_client_sends_hold_chain_only_for_held_cells():

@@ -20,6 +20,7 @@ from ddbench.config import Cell, DDBenchError, ServerURL, build_config, parse_ur
 from ddbench.fleet import Fleet
 from ddtree_core.reference.decode import SpecConfig
 from ddtree_core.reference.server import load_engine, make_server
+from ddtree_core.settings import TreeSettings
 
 runner = CliRunner()
 KEY = "test-key-0123"
@@ -41,7 +42,8 @@ class Running:
 
     def __init__(self, pair, method: str, *, budget: int = 8, api_key: str | None = KEY):
         target, draft = pair
-        engine = load_engine(str(target), str(draft), SpecConfig(method=method, budget=budget), device="cpu")
+        spec = SpecConfig(method=method, tree=TreeSettings(budget, None))
+        engine = load_engine(str(target), str(draft), spec, device="cpu")
         self.generated = 0
         generate = engine.generate
 
