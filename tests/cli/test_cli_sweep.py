@@ -299,7 +299,8 @@ def test_budget_auto_cell_on_the_reference_engine(swept, tiny_pair, prompt_file,
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["budgets"] == ["auto", 2, 8] and manifest["cells"][-1]["budget"] == "auto"
     report = runner.invoke(app, ["report", str(out), "--markdown", str(tmp_path / "report.md")])
-    assert report.exit_code == 0 and "| DDTree auto |" in (tmp_path / "report.md").read_text()
+    text = (tmp_path / "report.md").read_text()  # the fastest DDTree row carries a " *"
+    assert report.exit_code == 0 and ("| DDTree auto |" in text or "| DDTree auto * |" in text)
     itself = runner.invoke(app, ["compare", "--baseline", str(out), str(out)])
     assert itself.exit_code == 0 and "DDTree auto" in itself.output
     assert "5 of 5 matched cells within tolerance" in itself.output
