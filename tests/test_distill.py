@@ -1,4 +1,4 @@
-"""ddbench.distill: answers from a /generate server, batched or one by one, resumable, held-out prompts refused."""
+"""testbed.distill: answers from a /generate server, batched or one by one, resumable, held-out prompts refused."""
 
 import json
 import threading
@@ -6,8 +6,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ddbench import distill, heldout
+from ddbench import heldout
 from ddbench.datasets import load_all_prompts
+from ddbench.testbed import distill
 from tests.cli.conftest import byte_tokenizer
 
 

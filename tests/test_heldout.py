@@ -6,11 +6,14 @@ import shutil
 
 import pytest
 
-from ddbench import client, heldout, testbed, train
+from ddbench import heldout
 from ddbench.cli import _machine_defaults
 from ddbench.config import build_config
 from ddbench.datasets import DATASET_NAMES, Prompt, load_all_prompts, load_prompts, read_jsonl_prompts
+from ddbench.harness import client
 from ddbench.heldout import EVAL_SIZES, HASHES_FILE, eval_prompts, is_held_out, text_hash, train_prompts
+from ddbench.testbed import target as testbed
+from ddbench.testbed import train
 
 REFUSAL = "refusing to train on held-out evaluation prompts: {} (see ddbench.heldout)\n"
 WARNING = "warning: {}: {} of {} prompts are not held out from the testbed drafter's training (ddbench.heldout)"

@@ -11,9 +11,15 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ddbench import testbed
 from ddbench.cli import app
-from ddbench.padheads import PADDING_FILE, HeadPadding, HeadPaddingError, pad_attention_heads, pad_attention_tensor
+from ddbench.testbed import target as testbed
+from ddbench.testbed.padheads import (
+    PADDING_FILE,
+    HeadPadding,
+    HeadPaddingError,
+    pad_attention_heads,
+    pad_attention_tensor,
+)
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
 

@@ -28,10 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddbench.client import chat_input_ids, load_prompts
 from ddbench.config import DDBenchError, build_config
 from ddbench.datasets import chat_messages
-from ddbench.results import CellResult, RequestRecord, RunFolder, find_run_folder, load_cells, prompt_hash
+from ddbench.harness.client import chat_input_ids, load_prompts
+from ddbench.harness.results import CellResult, RequestRecord, RunFolder, find_run_folder, load_cells, prompt_hash
 from ddtree_core import metrics
 
 # bf16 keeps 8 significant bits: logits of magnitude 16..32 are stored 0.125 apart, and a verify and a
@@ -267,7 +267,7 @@ def write(out: Path, rows: Sequence[DivergenceRow], cells: Sequence[CellDivergen
     import csv
     import io
 
-    from ddbench.results import write_atomic
+    from ddbench.harness.results import write_atomic
 
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS)

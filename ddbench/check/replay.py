@@ -1,6 +1,6 @@
 """Acceptance on the same text: an engine's greedy DFLASH / DDTree responses replayed by the reference engine.
 
-    python -m ddbench.replay results/sglang/h200-2026-11-29/match --model ~/.cache/ddbench/SmolLM2-135M-Instruct \
+    python -m ddbench.check.replay results/sglang/h200-2026-11-29/match --model ~/.cache/ddbench/SmolLM2-135M-Instruct \
         --data-dir ../shared/data
 
 Two lossless engines part at near-ties (bf16 against float32, other kernels) and then accept on different
@@ -9,7 +9,7 @@ is a function of the text alone: from the bonus token at position p, the drafter
 features of the committed prefix) proposes the block, and the round accepts the longest tree path (DFLASH:
 the leading argmax matches) that spells the output's next tokens, plus the bonus; the next round starts
 after them. So each response's rounds can be recomputed by the reference engine's own drafter, target and
-tree build (CPU, float32) on the response's own output, with no sampling and no serving (ddbench.strength's
+tree build (CPU, float32) on the response's own output, with no sampling and no serving (ddbench.model.strength's
 round rules, computed at the positions the replay reaches).
 
 Per response: rounds (engine: its acceptance histogram; replay: the recomputed rounds) and whether the two
@@ -31,7 +31,7 @@ import torch
 import typer
 
 from ddbench.config import AUTO_BUDGET
-from ddbench.strength import greedy_rounds, open_run, same_but_last
+from ddbench.model.strength import greedy_rounds, open_run, same_but_last
 
 COLUMNS = ("cell_id", "method", "budget", "hold_chain", "responses", "same_histogram", "tokens", "engine_rounds",
            "replay_rounds", "engine_tau", "replay_tau", "relative_diff")  # fmt: skip

@@ -14,7 +14,7 @@ expected counts of about 5 or more). A prompt fails when p < alpha / prompts (Bo
 fail proves nothing, so `--spec-temperature` plants a failure: the speculative side is asked at another
 temperature, as a round that applied the wrong temperature would sample; the test must reject that.
 
-    python -m ddbench.sampled --ar http://127.0.0.1:30000 --spec http://127.0.0.1:30001 --model TARGET \\
+    python -m ddbench.check.sampled --ar http://127.0.0.1:30000 --spec http://127.0.0.1:30001 --model TARGET \\
         --samples 2000 --tokens 2 --temperature 1.0 [--top-p 0.9] [--spec-temperature 0.8] [--out result.json]
 
 Example: at 2,000 samples per side a correct server gives p spread uniformly on [0, 1] (rejected 5 % of the
@@ -35,8 +35,8 @@ from pathlib import Path
 import httpx
 import torch
 
-from ddbench.client import chat_input_ids
-from ddbench.distill import generate_many, generate_one
+from ddbench.harness.client import chat_input_ids
+from ddbench.testbed.distill import generate_many, generate_one
 
 PROMPTS = (
     "Tell me a short story about a fox.",

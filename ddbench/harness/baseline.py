@@ -18,7 +18,7 @@ every budget on the same prompt ids; MT-Bench's turn 2 carries the *last* method
          "temperature": float,
          "responses": [
            {"prompt_index": int, "turn": int,     # prompt of the dataset subset, 0-based turn
-            "prompt_hash": str,                   # ddbench.results.prompt_hash of the prompt ids
+            "prompt_hash": str,                   # ddbench.harness.results.prompt_hash of the prompt ids
             "output_ids": [int, ...],             # generated ids, stop token included
             "acceptance_lengths": [int, ...],     # tau per round, bonus included; [] for ar
             "time_per_output_token": float,       # decode seconds / output tokens (prefill excluded)
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ddbench.config import DDBenchError, ddtree_hold_chain
-from ddbench.results import prompt_hash, write_json
+from ddbench.harness.results import prompt_hash, write_json
 from ddtree_core import metrics
 
 FORMAT = "ddbench-zlab/1"

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from ddbench.config import AUTO_BUDGET, Cell, DDBenchError, SweepConfig, dataset_label
-from ddbench.results import RequestRecord, prompt_hash
+from ddbench.harness.results import RequestRecord, prompt_hash
 from ddtree_core.settings import PARAM_HOLD_CHAIN, TreeSettings
 
 
@@ -180,7 +180,8 @@ def load_prompts(config: SweepConfig) -> dict[str, list]:
     outside the split prints one line on stderr, e.g. for humaneval and num_prompts 100:
     "warning: humaneval: 36 of 100 prompts are not held out from the testbed drafter's training (ddbench.heldout)".
     """
-    from ddbench import datasets, heldout, testbed
+    from ddbench import datasets, heldout
+    from ddbench.testbed import target as testbed
 
     testbed_drafter = testbed.is_testbed_drafter(config.draft)
     prompts = {}

@@ -2,7 +2,7 @@
 
 Baselines (`load_baseline` picks the reader by what the path holds):
 - a ddbench results folder (or any file in it);
-- `zlab.json`, written by `ddbench baseline` (schema in ddbench.baseline);
+- `zlab.json`, written by `ddbench baseline` (schema in ddbench.harness.baseline);
 - a `.pt` run file of the liranringel/ddtree benchmark (`benchmark.py --save-path`): {"responses":
   [{"baseline" | "dflash" | "ddtree_tb<B>": SimpleNamespace(output_ids [1, prompt+gen],
   num_input_tokens, acceptance_lengths, time_per_output_token, ...)}], "block_size", "args": {dataset,
@@ -36,10 +36,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddbench.baseline import OfflineCell, offline_cells_from_pt, read_zlab_json
 from ddbench.config import DDBenchError, budget_label
-from ddbench.report import CellSummary, over_repeats, request_accept_lens, summarize
-from ddbench.results import CellResult, RunFolder, find_run_folder, load_cells
+from ddbench.harness.baseline import OfflineCell, offline_cells_from_pt, read_zlab_json
+from ddbench.harness.report import CellSummary, over_repeats, request_accept_lens, summarize
+from ddbench.harness.results import CellResult, RunFolder, find_run_folder, load_cells
 from ddtree_core import metrics
 
 

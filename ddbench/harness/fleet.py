@@ -1,6 +1,6 @@
 """Running servers as a sweep uses them (`ddbench sweep --url`): which URLs serve which cells.
 
-`Fleet.connect` probes every URL (ddbench.remote) and refuses, as one line naming the URL, a server
+`Fleet.connect` probes every URL (ddbench.harness.remote) and refuses, as one line naming the URL, a server
 that does not answer, is no SGLang-compatible `/generate` server, or serves another method than its
 label says; it also refuses a fleet whose servers run different engines, targets, drafters or drafter
 blocks, since their cells would not be comparable. `Fleet.pools` then gives each pending cell its pool:
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddbench.config import AUTO_BUDGET, Cell, DDBenchError, ServerURL, SweepConfig
-from ddbench.remote import RemoteServer, down, probe
+from ddbench.harness.remote import RemoteServer, down, probe
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@
 - cost.png (`plot_cost`, a `ddbench cost` folder): verify time vs tree width per batch size, with floors.
 
 DDTree lines are drawn per (temperature, concurrency, depth limit, draft temperature, held chain) series.
-A folder with repeats is drawn from one median row per setting (`ddbench.report.over_repeats`).
+A folder with repeats is drawn from one median row per setting (`ddbench.harness.report.over_repeats`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ddbench.config import AUTO_BUDGET, Cell, budget_label, largest_budget  # noqa: E402
-from ddbench.report import CellSummary, best_budget_rows, setting  # noqa: E402
-from ddbench.results import CellResult  # noqa: E402
+from ddbench.harness.report import CellSummary, best_budget_rows, setting  # noqa: E402
+from ddbench.harness.results import CellResult  # noqa: E402
 
 
 def plot_all(rows: Sequence[CellSummary], results: Sequence[CellResult], out_dir: Path) -> list[Path]:

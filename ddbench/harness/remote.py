@@ -41,8 +41,8 @@ from typing import Any
 
 import httpx
 
-from ddbench.client import auth_headers
 from ddbench.config import AUTO_BUDGET, Cell, DDBenchError, ServerURL, auto_budget_refusal
+from ddbench.harness.client import auth_headers
 
 ALGORITHMS = {None: "ar", "DFLASH": "dflash", "DDTREE": "ddtree"}  # speculative_algorithm -> method
 REFERENCE_ENGINE = "ddtree_core.reference"  # server_info.engine of ddtree_core.reference.server

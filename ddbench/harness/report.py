@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ddbench.config import Cell, DDBenchError, budget_label, ddtree_hold_chain, parse_budget
-from ddbench.results import CellResult, RequestRecord, RunFolder, write_atomic
+from ddbench.harness.results import CellResult, RequestRecord, RunFolder, write_atomic
 from ddtree_core import metrics
 
 

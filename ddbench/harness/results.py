@@ -3,15 +3,15 @@
     OUT/
       manifest.json            full config + environment stamp (+ every earlier run's stamp), datasets and
                                whether each one's prompts were all held out (ddbench.heldout); with --url
-                               the running servers as they described themselves (ddbench.remote)
+                               the running servers as they described themselves (ddbench.harness.remote)
       cells/<cell_id>.jsonl    one RequestRecord per request of a finished cell
       cells/<cell_id>.json     the cell's completion record (written last: its presence = done), with
                                held_out: whether all its prompts were held out from drafter training
       cells/<cell_id>.failure.json   the error of a failed cell (removed when a rerun finishes it)
       logs/<server>.log        server logs (and .pid while the server runs)
       requests.jsonl           every finished cell's records, merged
-      summary.csv              one row per cell (ddbench.report.summarize)
-      summary_repeats.csv      with repeats: one row per setting over them (ddbench.report.summarize_repeats)
+      summary.csv              one row per cell (ddbench.harness.report.summarize)
+      summary_repeats.csv      with repeats: one row per setting over them (ddbench.harness.report.summarize_repeats)
 
 Every file is written to a temporary name and renamed into place, so a crash never leaves a half file
 and a rerun sees a cell either finished or not. Report, plot and compare read only this folder; they also

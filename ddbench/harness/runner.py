@@ -17,7 +17,7 @@ a failed one leaves `<cell>.failure.json` and costs only itself (a server that d
 job's next cell; one that would not start fails its job's remaining cells). A rerun skips finished cells
 and retries the rest, repeats included.
 
-With `url` (ddbench.fleet) the cells run against servers that are already running: ddbench starts, stops
+With `url` (ddbench.harness.fleet) the cells run against servers that are already running: ddbench starts, stops
 and restarts none. A pass's cells are grouped by their pool (the servers that can serve them) and run one
 job after the other on one slot, each cell's requests shared round robin by its pool: servers ddbench did
 not place may share hardware, so no two cells run at once. Before each cell every server of its pool must
@@ -41,11 +41,11 @@ from typing import Any, Protocol
 import httpx
 
 from ddbench import env
-from ddbench.client import Inputs, run_cell
 from ddbench.config import AUTO_BUDGET, RUN_DEFINING, Cell, DDBenchError, SweepConfig, dataset_label, expand_cells
-from ddbench.fleet import Fleet, Pool
-from ddbench.results import RunFolder, merge_requests, write_json
-from ddbench.server import LaunchSettings, Server, ServerError, ServerSpec, last_log_line
+from ddbench.harness.client import Inputs, run_cell
+from ddbench.harness.fleet import Fleet, Pool
+from ddbench.harness.results import RunFolder, merge_requests, write_json
+from ddbench.harness.server import LaunchSettings, Server, ServerError, ServerSpec, last_log_line
 
 
 class SweepProgress(Protocol):
@@ -147,7 +147,7 @@ def run_sweep(config: SweepConfig, progress: SweepProgress | None = None, fleet:
             progress.cells_planned(len(pending))
             failures = run_jobs(config, folder, jobs, inputs, progress)
     finally:  # an interrupted sweep still leaves merged files of the cells it finished
-        from ddbench.report import write_summary
+        from ddbench.harness.report import write_summary
 
         results = [folder.read_cell(cell) for cell in all_cells]
         merge_requests(folder, results)

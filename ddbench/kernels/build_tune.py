@@ -1,7 +1,7 @@
 """Launch-configuration sweep of the Triton tree build (ddtree_core/kernels/tree_build.py).
 
-    python -m ddbench.build_tune --out results/kernels/build-h200
-    python -m ddbench.build_tune --out /tmp/bt --smoke          # tiny sizes, CPU under the Triton interpreter
+    python -m ddbench.kernels.build_tune --out results/kernels/build-h200
+    python -m ddbench.kernels.build_tune --out /tmp/bt --smoke          # tiny sizes, CPU under the Triton interpreter
 
 One program builds one request's tree, so at batch 1 the build is a single streaming multiprocessor's latency:
 the launch decides how much of it is spent. Per (batch, budget, logit scale) cell it draws bf16 draft logits
@@ -35,7 +35,7 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.kernel_bench import draft_logits, launch_label, parse_ints, parse_launches, tune_row
+from ddbench.kernels.kernel_bench import draft_logits, launch_label, parse_ints, parse_launches, tune_row
 
 LENGTH = 16
 # KEYS: tree_build.LAUNCH_KEYS, in column order; FLAGS: the bool ones

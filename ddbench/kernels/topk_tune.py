@@ -1,8 +1,8 @@
 """Launch-configuration sweep of the Triton top-K (ddtree_core/kernels/topk_radix.py, the one tree.draft_topk
 dispatches to on CUDA).
 
-    python -m ddbench.topk_tune --out results/kernels/topk-h200
-    python -m ddbench.topk_tune --out /tmp/tt --smoke          # tiny sizes, CPU under the Triton interpreter
+    python -m ddbench.kernels.topk_tune --out results/kernels/topk-h200
+    python -m ddbench.kernels.topk_tune --out /tmp/tt --smoke          # tiny sizes, CPU under the Triton interpreter
 
 The launch parameters change only the speed. `draft_topk(tile=, chunks=, warps=, group=, super_group=,
 select_warps=, block=, gather=, log_bins=, scan_registers=, select_registers=)`: tile is the logits one scan
@@ -40,7 +40,7 @@ from typing import Annotated
 import torch
 import typer
 
-from ddbench.kernel_bench import launch_label, parse_ints, parse_launches, settled_share, tune_row
+from ddbench.kernels.kernel_bench import launch_label, parse_ints, parse_launches, settled_share, tune_row
 
 LENGTH = 16
 PARAMS = ("tile", "chunks", "warps", "group", "super_group", "select_warps", "block", "gather", "log_bins",

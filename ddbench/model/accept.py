@@ -1,16 +1,16 @@
 """A drafter's acceptance on the target's greedy outputs, simulated without serving: DFlash's chain and DDTree's
 trees at given budgets, tau per dataset. Used to choose between drafters right after training, on the GPU.
 
-    python -m ddbench.accept --target TARGET --draft DRAFTER --answers eval.jsonl --budgets 15,63 [--device cuda]
+    python -m ddbench.model.accept --target TARGET --draft DRAFTER --answers eval.jsonl --budgets 15,63 [--device cuda]
 
-(`eval.jsonl`: `python -m ddbench.distill eval`, the target's greedy answers to the held-out prompts.)
+(`eval.jsonl`: `python -m ddbench.testbed.distill eval`, the target's greedy answers to the held-out prompts.)
 
 Greedy speculative decoding emits exactly the target's greedy tokens y, so a round needs no target pass: from
 the bonus token at position p, DFlash accepts the leading matches of its argmax chain with y[p+1:], DDTree the
 deepest path of its tree that spells y[p+1:]; the round's tau is matches + 1 (cut at the end of the answer)
-and the next round starts at p + tau, as `ddbench.strength.greedy_rounds` (the reference: one
+and the next round starts at p + tau, as `ddbench.model.strength.greedy_rounds` (the reference: one
 `DFlashProposer` call per visited position) computes it. Here the drafter's block at every answer position
-comes from batched passes with the training mask (`ddbench.train.block_inputs`: each block sees the target
+comes from batched passes with the training mask (`ddbench.testbed.train.block_inputs`: each block sees the target
 features before its anchor and itself), and the trees of all positions are built at once from their top-K
 lists (K = the largest budget, which gives exactly the DDTree tree). The result equals the engine's tau on the
 same greedy outputs up to float rounding of the drafter's logits (a test holds it to strength's rounds).
@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import torch
 
-from ddbench.strength import round_matches
+from ddbench.model.strength import round_matches
 from ddtree_core.policy import expected_accepts
 from ddtree_core.reference.decode import _features
 from ddtree_core.tree import build_tree_from_topk
@@ -40,7 +40,7 @@ from ddtree_core.types import DraftTopK
 def block_topk(target, drafter, ids: Sequence[int], first: int, k: int, chunk: int = 64) -> DraftTopK:
     """The drafter's top-k log-probs of block positions 1 .. L-1 at every bonus position p = first .. len(ids) - 2,
     as a DraftTopK [P, L - 1, k] (row i: bonus position first + i)."""
-    from ddbench.train import block_inputs
+    from ddbench.testbed.train import block_inputs
 
     device = drafter.device
     sequence = torch.tensor([list(ids)], device=device)
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", required=True, help="the target's folder")
     parser.add_argument("--draft", required=True, help="the drafter's folder")
-    parser.add_argument("--answers", required=True, help="greedy answers, JSONL of `python -m ddbench.distill eval`")
+    parser.add_argument("--answers", required=True, help="greedy answers, JSONL of `ddbench.testbed.distill eval`")
     parser.add_argument("--budgets", default="15,63", help="DDTree budgets (comma list; default 15,63)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="bfloat16", help="bfloat16 (as served) or float32")

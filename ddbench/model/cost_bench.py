@@ -1,7 +1,7 @@
 """Verify cost benchmark: time one target verify forward of B trees of N nodes against its floors.
 
-    python -m ddbench.cost_bench --out results/cost/h200
-    python -m ddbench.cost_bench --out /tmp/cb --smoke        # tiny decoder, runs on a CPU in seconds
+    python -m ddbench.model.cost_bench --out results/cost/h200
+    python -m ddbench.model.cost_bench --out /tmp/cb --smoke        # tiny decoder, runs on a CPU in seconds
 
 The target is a dense decoder with Qwen3's architecture, built here in plain torch with random weights
 (normal * 0.02, seeded) on the device; nothing is downloaded. Preset qwen3-8b has Qwen3-8B's shapes, so a
@@ -43,7 +43,7 @@ import typer
 from torch import nn
 
 from ddbench import env
-from ddbench.kernel_bench import capture_graph, copy_bandwidth, parse_ints, write_cells_csv
+from ddbench.kernels.kernel_bench import capture_graph, copy_bandwidth, parse_ints, write_cells_csv
 from ddtree_core.mask import ancestor_mask
 
 H200_BANDWIDTH, H200_FLOPS = 4.8e12, 989e12  # peak bytes/s and dense bf16 FLOP/s (anchors.md §5.2)
@@ -117,7 +117,7 @@ PRESETS = {
                            vocab=151936),
     "tiny": ModelShape(hidden=64, layers=2, q_heads=4, kv_heads=2, head_dim=16, intermediate=128, vocab=512),
 }  # fmt: skip
-# Shapes this benchmark cannot build (its decoder is dense): timed through SGLang (ddbench.cost_sglang).
+# Shapes this benchmark cannot build (its decoder is dense): timed through SGLang (ddbench.model.cost_sglang).
 MOE_PRESETS = {
     "qwen3-coder-30b-a3b": ModelShape(hidden=2048, layers=48, q_heads=32, kv_heads=4, head_dim=128, intermediate=5472,
                                       vocab=151936, rope_theta=1e7, experts=128, experts_per_token=8,

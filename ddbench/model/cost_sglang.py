@@ -1,6 +1,6 @@
-"""A verify-cost run from SGLang's own decode step, for targets ddbench.cost_bench cannot build (MoE).
+"""A verify-cost run from SGLang's own decode step, for targets ddbench.model.cost_bench cannot build (MoE).
 
-    python -m ddbench.cost_sglang results/cost/h200-moe/qwen3-coder-30b-a3b.jsonl \
+    python -m ddbench.model.cost_sglang results/cost/h200-moe/qwen3-coder-30b-a3b.jsonl \
         --preset qwen3-coder-30b-a3b --device "NVIDIA H200" --out results/cost/h200-moe/qwen3-coder-30b-a3b
 
 Input: the result file of `python -m sglang.benchmark.one_batch --load-format dummy --batch-size n1 n2 ...
@@ -30,7 +30,7 @@ from typing import Annotated
 import typer
 
 from ddbench.config import DDBenchError
-from ddbench.cost_bench import H200_BANDWIDTH, H200_FLOPS, MOE_PRESETS, PRESETS, ModelShape, floors
+from ddbench.model.cost_bench import H200_BANDWIDTH, H200_FLOPS, MOE_PRESETS, PRESETS, ModelShape, floors
 
 COLUMNS = ("batch", "nodes", "width", "prefix", "time_ms", "body_ms", "tokens", "decode_batch", "floor_ms", "bound",
            "over_floor", "graph")  # fmt: skip

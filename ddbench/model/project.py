@@ -54,7 +54,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ddbench.config import AUTO_BUDGET, DDBenchError
-from ddbench.cost_bench import H200_BANDWIDTH, H200_FLOPS, ModelShape, floors
+from ddbench.model.cost_bench import H200_BANDWIDTH, H200_FLOPS, ModelShape, floors
 
 
 @dataclass(frozen=True)
@@ -248,8 +248,8 @@ def load_acceptance(path: Path) -> Acceptance:
 def measured_acceptance(results: Path, temperature: float) -> Acceptance:
     """Pooled tau of a results folder's DFLASH and DDTree cells (a fixed budget, default depth, draft temperature
     1, no held chain) at `temperature`, from the lowest concurrency each setting was measured at."""
-    from ddbench.report import summarize
-    from ddbench.results import find_run_folder, load_cells
+    from ddbench.harness.report import summarize
+    from ddbench.harness.results import find_run_folder, load_cells
 
     rows = [
         row for row in summarize(load_cells(find_run_folder(results)))
@@ -616,7 +616,7 @@ def _md_row(cells: Sequence[str]) -> str:
 
 
 def write(out: Path, projection: Projection) -> tuple[Path, Path]:
-    from ddbench.results import write_atomic
+    from ddbench.harness.results import write_atomic
 
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "projection.csv", to_csv(projection))

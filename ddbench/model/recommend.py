@@ -11,7 +11,7 @@ compared on the same datasets (the others are named in a note). Failed and pendi
 value. With a parity floor, a DFLASH or DDTree setting whose parity is below it on any selected
 dataset is refused at that temperature and concurrency (parity is measured at temperature 0 only).
 A sweep with repeats is read as one row per setting, the median over its repeats
-(`ddbench.report.over_repeats`), never the best of them.
+(`ddbench.harness.report.over_repeats`), never the best of them.
 
 Applying it (`deploy`): one DDTree server started with the largest budget any band needs
 (SGLANG_DDTREE_BUDGET; it fixes the verify width max(budget + 1, block size) and the CUDA graphs),
@@ -45,7 +45,7 @@ from ddbench.config import (
     budget_label,
     largest_budget,
 )
-from ddbench.report import CellSummary
+from ddbench.harness.report import CellSummary
 from ddtree_core.sglang.config import ENV_BUDGET, ENV_DRAFT_TEMPERATURE, ENV_HOLD_CHAIN, ENV_MAX_DEPTH
 
 METRICS = ("tokens_per_s", "speedup_vs_ar")
@@ -227,10 +227,10 @@ class Measurement:
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> Measurement:
-        """Shared budgets: ddbench.runner.server_spec's (the widest tree, narrowed per request), or on running
+        """Shared budgets: ddbench.harness.runner.server_spec's (the widest tree, narrowed per request), or on running
         servers (`ddbench sweep --url`: the run's "servers") the ddtree_budget each DDTREE server reported,
-        whose tp_size is then the last run's tp. auto_largest: ddbench.runner.server_spec's budget of the last
-        run, or the widest DDTREE server it ran on (ddbench.fleet sends auto cells there)."""
+        whose tp_size is then the last run's tp. auto_largest: ddbench.harness.runner.server_spec's budget of the last
+        run, or the widest DDTREE server it ran on (ddbench.harness.fleet sends auto cells there)."""
         try:
             last = manifest["config"]
             runs = manifest.get("runs") or [{"config": last}]

@@ -1,7 +1,7 @@
 """How DDTree's acceptance gain over DFlash changes with the drafter's strength: a simulation on the AR
 outputs of a reference run (CPU, float32, nothing served).
 
-    python -m ddbench.strength results/testbed/reference-cpu --model ~/.cache/ddbench/SmolLM2-135M-Instruct \
+    python -m ddbench.model.strength results/testbed/reference-cpu --model ~/.cache/ddbench/SmolLM2-135M-Instruct \
         --data-dir ../shared/data --out results/projection/strength
 
 Greedy DFlash and DDTree emit exactly the target's AR tokens y, so a round needs no target forward: from the
@@ -158,8 +158,8 @@ def open_run(results: Path, model: str, data_dir: str | None):
     and drafter in float32 on the CPU."""
     from transformers import AutoTokenizer
 
-    from ddbench.diverge import PromptBuilder
-    from ddbench.results import find_run_folder, load_cells
+    from ddbench.check.diverge import PromptBuilder
+    from ddbench.harness.results import find_run_folder, load_cells
     from ddtree_core.reference.loading import load_models
 
     folder = find_run_folder(results)
@@ -319,9 +319,9 @@ def main(
     (out / "strength.md").write_text(text)
     typer.echo(text)
     if published is not None and acceptance_out is not None:
-        source = (f"its DFlash tau x the DDTree / DFlash tau gain that `python -m ddbench.strength {results} "
+        source = (f"its DFlash tau x the DDTree / DFlash tau gain that `python -m ddbench.model.strength {results} "
                   f"--budgets {budgets} --alphas {alphas}` simulates at that DFlash tau (a mixture of the testbed "
-                  f"drafter with the target's own distribution; see ddbench/strength.py)")  # fmt: skip
+                  f"drafter with the target's own distribution; see ddbench/model/strength.py)")  # fmt: skip
         derived = derived_acceptance(json.loads(published.read_text()), rows, budget_list, source)
         acceptance_out.write_text(json.dumps(derived, indent=1) + "\n")
     if problems:

@@ -1,14 +1,14 @@
 """The target's own answers, from a running server: training data for a drafter, or the greedy outputs on which
-`ddbench.accept` measures a drafter's acceptance.
+`ddbench.model.accept` measures a drafter's acceptance.
 
-    python -m ddbench.distill train PROMPTS.jsonl OUT.jsonl --url http://127.0.0.1:30000 --model TARGET \\
+    python -m ddbench.testbed.distill train PROMPTS.jsonl OUT.jsonl --url http://127.0.0.1:30000 --model TARGET \\
         --temperatures 0,0.7,1.0 --max-new-tokens 256 --batch 64 --concurrency 8
-    python -m ddbench.distill eval OUT.jsonl --url ... --model TARGET --max-new-tokens 128
+    python -m ddbench.testbed.distill eval OUT.jsonl --url ... --model TARGET --max-new-tokens 128
 
-`train` answers every prompt of PROMPTS (`ddbench.testbed train-prompts` writes it; a held-out prompt is
+`train` answers every prompt of PROMPTS (`ddbench.testbed.target train-prompts` writes it; a held-out prompt is
 refused, exit 2, before any request) once per temperature; `eval` answers the held-out prompts greedily
 (the first turn of each held-out prompt of the three datasets, and every prompt of heldout.OOD_FILE). Each
-request is the benchmark's: the chat template as `ddbench.client.chat_input_ids` applies it, sent as token
+request is the benchmark's: the chat template as `ddbench.harness.client.chat_input_ids` applies it, sent as token
 ids to SGLang's /generate (any server with that API: the AR server of the target is the fast one). Each
 answer is one JSON line:
 
@@ -33,8 +33,8 @@ from typing import Any
 import httpx
 
 from ddbench import heldout
-from ddbench.client import chat_input_ids, generate
 from ddbench.datasets import load_all_prompts
+from ddbench.harness.client import chat_input_ids, generate
 
 
 def eval_rows(data_dir: str | None = None) -> list[dict[str, Any]]:
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="answer training prompts (held-out ones refused)")
-    train.add_argument("prompts", help="JSONL with a 'prompt' per line (ddbench.testbed train-prompts)")
+    train.add_argument("prompts", help="JSONL with a 'prompt' per line (ddbench.testbed.target train-prompts)")
     evaluate = commands.add_parser("eval", help="answer the held-out prompts greedily")
     evaluate.add_argument("--data-dir", help="the offline dataset mirror (default: $DDBENCH_DATA_DIR)")
     for command in (train, evaluate):

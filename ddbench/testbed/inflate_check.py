@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ddbench.inflate import (
+from ddbench.testbed.inflate import (
     Inflation,
     InflationError,
     Shape,
@@ -101,7 +101,7 @@ def check_prompts(folder: Path, num_prompts: int, data_dir: str | None) -> list[
     from transformers import AutoTokenizer
 
     from ddbench import datasets
-    from ddbench.client import chat_input_ids
+    from ddbench.harness.client import chat_input_ids
     from ddbench.heldout import EVAL_SIZES
 
     if num_prompts > EVAL_SIZES["gsm8k"]:

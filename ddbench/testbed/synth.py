@@ -1,6 +1,6 @@
 """Synthetic training prompts for the testbed drafter: many more prompts than the datasets' training splits
 hold, in the three families the benchmark asks about, so that the target's answers to them (the drafter's
-training data, `ddbench.distill`) cover math, code and chat without ever touching an evaluation prompt.
+training data, `ddbench.testbed.distill`) cover math, code and chat without ever touching an evaluation prompt.
 
 - math: grade-school word problems from templates with random names, objects and numbers, formatted as
   GSM8K prompts are (`datasets.format_gsm8k`);

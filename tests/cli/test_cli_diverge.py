@@ -9,9 +9,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ddbench import diverge
+from ddbench.check import diverge
 from ddbench.cli import app
-from ddbench.results import RequestRecord
+from ddbench.harness.results import RequestRecord
 from ddtree_core import metrics
 
 runner = CliRunner()
@@ -51,7 +51,7 @@ def test_analyse_reports_the_gap_at_the_first_divergence():
 
 def test_pending_skips_identical_outputs_and_later_turns_whose_history_differs():
     from ddbench.config import Cell
-    from ddbench.results import CellResult
+    from ddbench.harness.results import CellResult
 
     def result(method, records):
         cell = Cell(dataset="d", method=method, budget=None, max_depth=None, draft_temperature=None,

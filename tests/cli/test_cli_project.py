@@ -17,11 +17,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from ddbench import cost_bench, kernel_bench
-from ddbench import project as projection
 from ddbench.cli import app
 from ddbench.config import Cell, DDBenchError
-from ddbench.results import RequestRecord, RunFolder, write_json
+from ddbench.harness.results import RequestRecord, RunFolder, write_json
+from ddbench.kernels import kernel_bench
+from ddbench.model import cost_bench
+from ddbench.model import project as projection
 
 runner = CliRunner()
 TINY = cost_bench.PRESETS["tiny"]
@@ -343,7 +344,7 @@ def test_moe_shape_reads_the_experts_its_tokens_reach():
 
 
 def test_sglang_decode_steps_become_a_cost_run_that_projects(tmp_path):
-    from ddbench import cost_sglang
+    from ddbench.model import cost_sglang
 
     steps = {n: 1.0 + 0.01 * n for n in (1, 4, 16, 32, 64, 128, 256, 512, 1024)}  # seconds x 1e-3 below
     lines = [{"run_name": "x", "batch_size": n, "input_len": 32, "output_len": 8, "median_decode_latency": ms / 1e3}

@@ -8,11 +8,11 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from ddbench import recommend as advice
 from ddbench.cli import app
 from ddbench.config import Cell, DDBenchError
-from ddbench.report import CellSummary
-from ddbench.results import RequestRecord, RunFolder, write_json
+from ddbench.harness.report import CellSummary
+from ddbench.harness.results import RequestRecord, RunFolder, write_json
+from ddbench.model import recommend as advice
 
 runner = CliRunner()
 B32, B128 = advice.Setting("ddtree", 32, None, 1.0), advice.Setting("ddtree", 128, None, 1.0)

@@ -1,4 +1,4 @@
-"""ddbench.replay: the reference engine recomputes an engine's greedy rounds on the engine's own text."""
+"""ddbench.check.replay: the reference engine recomputes an engine's greedy rounds on the engine's own text."""
 
 import gzip
 import json
@@ -6,7 +6,7 @@ import shutil
 
 from typer.testing import CliRunner
 
-from ddbench import replay
+from ddbench.check import replay
 from ddbench.cli import app
 
 runner = CliRunner()

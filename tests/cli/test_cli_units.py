@@ -15,12 +15,12 @@ import httpx
 import pytest
 import torch
 
-from ddbench import client, compare, report
-from ddbench.baseline import offline_cells_from_pt
 from ddbench.config import CONFIG_DIR, Cell, DDBenchError, build_config, expand_cells, parse_gpus, read_config_file
-from ddbench.results import CellResult, RequestRecord, RunFolder, prompt_hash
-from ddbench.runner import plan_jobs, plan_slots, plan_sweep, server_spec
-from ddbench.server import LaunchSettings, Server, ServerError, ServerSpec
+from ddbench.harness import client, compare, report
+from ddbench.harness.baseline import offline_cells_from_pt
+from ddbench.harness.results import CellResult, RequestRecord, RunFolder, prompt_hash
+from ddbench.harness.runner import plan_jobs, plan_slots, plan_sweep, server_spec
+from ddbench.harness.server import LaunchSettings, Server, ServerError, ServerSpec
 
 MODELS = {"model": "m", "draft": "d"}
 
@@ -466,7 +466,7 @@ def test_zlab_offline_printout():
 
 
 def test_zlab_json_without_hold_chain_reads_as_unheld(tmp_path):
-    from ddbench.baseline import read_zlab_json
+    from ddbench.harness.baseline import read_zlab_json
 
     response = {"prompt_index": 0, "turn": 0, "prompt_hash": "h", "output_ids": [1, 2], "acceptance_lengths": [2],
                 "time_per_output_token": 0.01}  # fmt: skip
@@ -736,8 +736,8 @@ def test_kernels_passes_its_arguments_through():
 def test_testbed_prepare_prints_the_cached_folder(tmp_path):
     from typer.testing import CliRunner
 
-    from ddbench import testbed
     from ddbench.cli import app
+    from ddbench.testbed import target as testbed
 
     folder = tmp_path / testbed.TARGET_NAME
     folder.mkdir()
@@ -755,7 +755,8 @@ def test_the_sglang_engine_without_sglang_is_one_line_naming_the_extra(command, 
     """Before any server starts (a dry run too), and whether or not this machine has SGLang or a GPU."""
     from typer.testing import CliRunner
 
-    from ddbench import cli, server
+    from ddbench import cli
+    from ddbench.harness import server
 
     monkeypatch.setitem(sys.modules, "sglang", None)  # importlib.util.find_spec("sglang") is None
     monkeypatch.setattr(server, "Server", lambda *a, **k: pytest.fail("started a server"))
@@ -769,8 +770,8 @@ def test_the_sglang_engine_without_sglang_is_one_line_naming_the_extra(command, 
 def test_testbed_prepare_without_gguf_is_one_line_naming_the_extra(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from ddbench import testbed
     from ddbench.cli import app
+    from ddbench.testbed import target as testbed
 
     monkeypatch.setitem(sys.modules, "gguf", None)  # importlib.util.find_spec("gguf") is None
     monkeypatch.setattr(testbed, "download_gguf", lambda *a, **k: pytest.fail("downloaded without gguf"))
@@ -788,7 +789,7 @@ def test_testbed_prepare_without_gguf_is_one_line_naming_the_extra(tmp_path, mon
 def test_read_jsonl_reads_a_gzipped_archive_and_names_a_missing_file(tmp_path):
     import gzip
 
-    from ddbench.results import read_jsonl, write_jsonl
+    from ddbench.harness.results import read_jsonl, write_jsonl
 
     rows = [{"a": 1}, {"b": [2, 3]}]
     write_jsonl(tmp_path / "plain.jsonl", rows)
