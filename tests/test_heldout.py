@@ -7,10 +7,10 @@ import shutil
 import pytest
 
 from ddbench import heldout
-from ddbench.cli import _machine_defaults
 from ddbench.config import build_config
 from ddbench.datasets import DATASET_NAMES, Prompt, load_all_prompts, load_prompts, read_jsonl_prompts
 from ddbench.harness import client
+from ddbench.harness.cli import _machine_defaults
 from ddbench.heldout import EVAL_SIZES, HASHES_FILE, eval_prompts, is_held_out, text_hash, train_prompts
 from ddbench.testbed import target as testbed
 from ddbench.testbed import train

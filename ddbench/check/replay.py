@@ -1,6 +1,6 @@
 """Acceptance on the same text: an engine's greedy DFLASH / DDTree responses replayed by the reference engine.
 
-    python -m ddbench.check.replay results/sglang/h200-2026-11-29/match --model ~/.cache/ddbench/SmolLM2-135M-Instruct \
+    ddbench check replay results/sglang/h200-2026-11-29/match --model ~/.cache/ddbench/SmolLM2-135M-Instruct \
         --data-dir ../shared/data
 
 Two lossless engines part at near-ties (bf16 against float32, other kernels) and then accept on different

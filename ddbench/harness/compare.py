@@ -24,7 +24,7 @@ its first finished repeat.
 Requests match on the hash of the prompt's token ids; `match` is the fraction of matched requests
 with identical output ids and `first_div` the earliest divergences (p<prompt>t<turn>@<token index>).
 `tau equal` is the pooled acceptance of both sides over the requests whose outputs are identical: two
-engines whose greedy outputs part at a bf16 near-tie (see `ddbench diverge`) then accept on different
+engines whose greedy outputs part at a bf16 near-tie (see `ddbench check diverge`) then accept on different
 text, and only the requests they answered alike compare their trees and walks like for like.
 """
 

@@ -12,7 +12,7 @@
 - acceptance_vs_depth_limit.png, speedup_vs_depth_limit.png (sweeps of --depths): DDTree tau / speedup vs
   the depth limit ("auto" last), one line per budget, drafter temperature, temperature and concurrency
   (dashed: trees that hold the chain), DFLASH as dotted lines;
-- cost.png (`plot_cost`, a `ddbench cost` folder): verify time vs tree width per batch size, with floors.
+- cost.png (`plot_cost`, a `ddbench model cost` folder): verify time vs tree width per batch size, with floors.
 
 DDTree lines are drawn per (temperature, concurrency, depth limit, draft temperature, held chain) series.
 A folder with repeats is drawn from one median row per setting (`ddbench.harness.report.over_repeats`).
@@ -222,7 +222,7 @@ def _draw_latency(results: Sequence[CellResult], path: Path) -> bool:
 
 
 def plot_cost(cells_csv: Path, out_dir: Path) -> Path:
-    """cost.png of a `ddbench cost` folder: verify ms vs tokens per request (log2), one line per batch size,
+    """cost.png of a `ddbench model cost` folder: verify ms vs tokens per request (log2), one line per batch size,
     its floor dashed and its knee (the largest width within 10 % of one token) ringed."""
     import csv
 

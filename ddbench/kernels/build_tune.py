@@ -1,7 +1,7 @@
 """Launch-configuration sweep of the Triton tree build (ddtree_core/kernels/tree_build.py).
 
-    python -m ddbench.kernels.build_tune --out results/kernels/build-h200
-    python -m ddbench.kernels.build_tune --out /tmp/bt --smoke          # tiny sizes, CPU under the Triton interpreter
+    ddbench kernels tune build --out results/kernels/build-h200
+    ddbench kernels tune build --out /tmp/bt --smoke          # tiny sizes, CPU under the Triton interpreter
 
 One program builds one request's tree, so at batch 1 the build is a single streaming multiprocessor's latency:
 the launch decides how much of it is spent. Per (batch, budget, logit scale) cell it draws bf16 draft logits

@@ -1,7 +1,7 @@
 """Kernel benchmark: the draft-side DDTree round (top-K, tree build, mask + positions, walk) per impl.
 
-    python -m ddbench.kernels.kernel_bench --out results/kernels/h200
-    python -m ddbench.kernels.kernel_bench --out /tmp/kb --smoke        # tiny sizes, runs on a CPU
+    ddbench kernels bench --out results/kernels/h200
+    ddbench kernels bench --out /tmp/kb --smoke        # tiny sizes, runs on a CPU
 
 For every cell (batch x budget x vocab, L = 16 draft positions, bf16 draft logits on the device) and
 impl it times each stage and the whole round:

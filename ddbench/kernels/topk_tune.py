@@ -1,8 +1,8 @@
 """Launch-configuration sweep of the Triton top-K (ddtree_core/kernels/topk_radix.py, the one tree.draft_topk
 dispatches to on CUDA).
 
-    python -m ddbench.kernels.topk_tune --out results/kernels/topk-h200
-    python -m ddbench.kernels.topk_tune --out /tmp/tt --smoke          # tiny sizes, CPU under the Triton interpreter
+    ddbench kernels tune topk --out results/kernels/topk-h200
+    ddbench kernels tune topk --out /tmp/tt --smoke          # tiny sizes, CPU under the Triton interpreter
 
 The launch parameters change only the speed. `draft_topk(tile=, chunks=, warps=, group=, super_group=,
 select_warps=, block=, gather=, log_bins=, scan_registers=, select_registers=)`: tile is the logits one scan

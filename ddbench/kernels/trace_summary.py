@@ -1,6 +1,6 @@
 r"""Where a decode round's time goes, from a torch-profiler Chrome trace of a serving SGLang scheduler.
 
-    python -m ddbench.kernels.trace_summary ddtree.trace.json.gz dflash.trace.json.gz [--round-fn REGEX] [--json OUT]
+    ddbench kernels trace ddtree.trace.json.gz dflash.trace.json.gz [--round-fn REGEX] [--json OUT]
 
 Reads traces written by torch.profiler's export_chrome_trace (SGLang's /start_profile with activities
 CPU and GPU and with_stack) and prints one markdown section per trace, then, for two or more, a

@@ -1,7 +1,7 @@
 """Verify cost benchmark: time one target verify forward of B trees of N nodes against its floors.
 
-    python -m ddbench.model.cost_bench --out results/cost/h200
-    python -m ddbench.model.cost_bench --out /tmp/cb --smoke        # tiny decoder, runs on a CPU in seconds
+    ddbench model cost --out results/cost/h200
+    ddbench model cost --out /tmp/cb --smoke        # tiny decoder, runs on a CPU in seconds
 
 The target is a dense decoder with Qwen3's architecture, built here in plain torch with random weights
 (normal * 0.02, seeded) on the device; nothing is downloaded. Preset qwen3-8b has Qwen3-8B's shapes, so a

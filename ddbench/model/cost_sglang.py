@@ -1,6 +1,6 @@
 """A verify-cost run from SGLang's own decode step, for targets ddbench.model.cost_bench cannot build (MoE).
 
-    python -m ddbench.model.cost_sglang results/cost/h200-moe/qwen3-coder-30b-a3b.jsonl \
+    ddbench model cost-sglang results/cost/h200-moe/qwen3-coder-30b-a3b.jsonl \
         --preset qwen3-coder-30b-a3b --device "NVIDIA H200" --out results/cost/h200-moe/qwen3-coder-30b-a3b
 
 Input: the result file of `python -m sglang.benchmark.one_batch --load-format dummy --batch-size n1 n2 ...
@@ -12,11 +12,11 @@ A verify step of B requests x T tokens multiplies the same weights as a decode s
 of a dense model's, and for an MoE the experts those n tokens route to, which is what its cost grows with.
 So the cell (B, T) takes the decode time of n = B x T; the attention differs (a verify attends over its
 request's prefix and tree, the decode step over P + O tokens of n sequences), small beside the weights at the
-short contexts measured here. body_ms (the step without lm_head, for the drafter's share in `ddbench project`)
-is time_ms less lm_head's share of the step's bytes floor (cost_bench.floors). Writes cells.csv and run.json
-in `ddbench cost`'s format, so that `ddbench project --cost OUT` reads it. `ddbench project` counts the
-drafter as --draft-layers layers of the target's shape: for an MoE target that includes expert reads a dense
-drafter does not make, so the projected draft time is an upper bound there.
+short contexts measured here. body_ms (the step without lm_head, for the drafter's share in `ddbench model
+project`) is time_ms less lm_head's share of the step's bytes floor (cost_bench.floors). Writes cells.csv and
+run.json in `ddbench model cost`'s format, so that `ddbench model project --cost OUT` reads it. `ddbench model
+project` counts the drafter as --draft-layers layers of the target's shape: for an MoE target that includes
+expert reads a dense drafter does not make, so the projected draft time is an upper bound there.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def main(
     peak_bandwidth: Annotated[float, typer.Option(help="Peak memory bandwidth, bytes/s, for floor_ms.")] = H200[0],
     peak_flops: Annotated[float, typer.Option(help="Peak dense bf16 FLOP/s, for floor_ms.")] = H200[1],
 ) -> None:
-    """Turn SGLang decode-step timings into a `ddbench cost` run folder for `ddbench project`."""
+    """Turn SGLang decode-step timings into a `ddbench model cost` run folder for `ddbench model project`."""
     try:
         rows = convert(source, preset, device, out, _ints(batches), _ints(widths), graph_max_tokens,
                        (peak_bandwidth, peak_flops))  # fmt: skip

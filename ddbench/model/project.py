@@ -1,13 +1,13 @@
-"""`ddbench project`: PROJECTED tokens/s of DDTree, DFLASH and AR on another GPU, never a measurement.
+"""`ddbench model project`: PROJECTED tokens/s of DDTree, DFLASH and AR on another GPU, never a measurement.
 
-    ddbench project --cost results/cost/h200 --kernels results/kernels/h200-2026-11-29 \\
+    ddbench model project --cost results/cost/h200 --kernels results/kernels/h200-2026-11-29 \\
         --acceptance configs/acceptance/published-qwen3-8b.json --ddtree-gain-from results/testbed/reference-cpu \\
         --target-gpu rtx-pro-6000 --out results/projection/rtx-pro-6000
 
 Inputs:
-- the cost run (`ddbench cost`, cost_bench.py): time_ms (verify step with lm_head) and body_ms (without) of
+- the cost run (`ddbench model cost`, cost_bench.py): time_ms (verify step with lm_head) and body_ms (without) of
   B requests x T tokens on the source GPU, for a random decoder with the target's shapes;
-- the tree round (`ddbench kernels`, kernel_bench.py, optional): round_us per (batch, budget) of one impl at
+- the tree round (`ddbench kernels bench`, kernel_bench.py, optional): round_us per (batch, budget) of one impl at
   the vocab nearest the cost run's; interpolated linearly in budget, then in batch, and held at the nearest
   measured value outside the grid (a note says where); without --kernels the tree round costs 0 (a note);
 - acceptance tau (bonus included) per dataset for DFLASH and per DDTree budget: a JSON file
@@ -312,7 +312,7 @@ def build(cost: Path, acceptance: Path | None, acceptance_from: Path | None, ddt
 
 def load_cost(path: Path) -> CostRun:
     """A cost_bench output folder: run.json (config, shape, device) and the timed rows of cells.csv."""
-    record = _read_json(path / "run.json", "cost run record (run.json of `ddbench cost`)")
+    record = _read_json(path / "run.json", "cost run record (run.json of `ddbench model cost`)")
     try:
         import torch
 
@@ -325,7 +325,7 @@ def load_cost(path: Path) -> CostRun:
             for r in rows if r["time_ms"] and r["body_ms"]
         )  # fmt: skip
     except FileNotFoundError:
-        raise DDBenchError(f"{path}: no cells.csv (not a `ddbench cost` output folder)") from None
+        raise DDBenchError(f"{path}: no cells.csv (not a `ddbench model cost` output folder)") from None
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise DDBenchError(f"{path}: malformed cost run ({type(error).__name__}: {error})") from None
     if not cells:
@@ -341,7 +341,7 @@ def load_tree_times(path: Path, impl: str, vocab: int) -> TreeTimes:
             rows = [r for r in csv.DictReader(handle) if r["impl"] == impl and r["round_us"]]
         timed = [(int(r["vocab"]), int(r["batch"]), int(r["budget"]), float(r["round_us"])) for r in rows]
     except FileNotFoundError:
-        raise DDBenchError(f"{path}: no cells.csv (not a `ddbench kernels` output folder)") from None
+        raise DDBenchError(f"{path}: no cells.csv (not a `ddbench kernels bench` output folder)") from None
     except (KeyError, TypeError, ValueError) as error:
         raise DDBenchError(f"{path}: malformed kernel cells ({type(error).__name__}: {error})") from None
     if not timed:

@@ -1,4 +1,4 @@
-"""`ddbench recommend`: which method and DDTree setting to serve at each load, and how to apply it.
+"""`ddbench model recommend`: which method and DDTree setting to serve at each load, and how to apply it.
 
 For each (temperature, concurrency) of a sweep, the metric (tokens_per_s or speedup_vs_ar) of every
 candidate setting (AR, DFLASH, each DDTree budget x depth x draft temperature x held chain) is pooled

@@ -1,7 +1,7 @@
 """How DDTree's acceptance gain over DFlash changes with the drafter's strength: a simulation on the AR
 outputs of a reference run (CPU, float32, nothing served).
 
-    python -m ddbench.model.strength results/testbed/reference-cpu --model ~/.cache/ddbench/SmolLM2-135M-Instruct \
+    ddbench model strength results/testbed/reference-cpu --model ~/.cache/ddbench/SmolLM2-135M-Instruct \
         --data-dir ../shared/data --out results/projection/strength
 
 Greedy DFlash and DDTree emit exactly the target's AR tokens y, so a round needs no target forward: from the
@@ -21,10 +21,10 @@ drafter trained longer errs differently, so the curve says how the gain scales, 
 gets.
 
 Writes strength.csv (alpha, method, budget, dataset, rounds, tokens, tau, gain over DFlash at that alpha)
-and strength.md. With --published (an acceptance file of `ddbench project`: published DFlash tau per dataset)
+and strength.md. With --published (an acceptance file of `ddbench model project`: published DFlash tau per dataset)
 it also writes --acceptance-out: the same file with DDTree tau = published DFlash tau x the simulated gain
 at that DFlash tau (linear in the simulated DFlash tau between the two nearest alphas; datasets the
-simulation lacks keep empty tables), for `ddbench project --acceptance`.
+simulation lacks keep empty tables), for `ddbench model project --acceptance`.
 """
 
 from __future__ import annotations
@@ -319,7 +319,7 @@ def main(
     (out / "strength.md").write_text(text)
     typer.echo(text)
     if published is not None and acceptance_out is not None:
-        source = (f"its DFlash tau x the DDTree / DFlash tau gain that `python -m ddbench.model.strength {results} "
+        source = (f"its DFlash tau x the DDTree / DFlash tau gain that `ddbench model strength {results} "
                   f"--budgets {budgets} --alphas {alphas}` simulates at that DFlash tau (a mixture of the testbed "
                   f"drafter with the target's own distribution; see ddbench/model/strength.py)")  # fmt: skip
         derived = derived_acceptance(json.loads(published.read_text()), rows, budget_list, source)

@@ -265,7 +265,7 @@ def test_bad_budgets_exit_2_with_one_line_naming_the_flag(tiny_pair, prompt_file
 def test_budget_auto_on_sglang_exits_2_before_anything(tiny_pair, prompt_file, tmp_path, monkeypatch):
     """The SGLang plugin does not serve ddtree_budget auto: refused up front, whatever the GPUs (SGLang
     counted as installed, so the missing-extra check does not answer first)."""
-    monkeypatch.setattr("ddbench.cli.env.sglang_available", lambda: True)
+    monkeypatch.setattr("ddbench.env.sglang_available", lambda: True)
     args = sweep_args(tiny_pair, prompt_file, tmp_path / "run", "--budgets", "auto,8")
     args[args.index("reference")] = "sglang"
     result = runner.invoke(app, [*args, "--gpus", "0"])
@@ -305,7 +305,7 @@ def test_budget_auto_cell_on_the_reference_engine(swept, tiny_pair, prompt_file,
     assert "5 of 5 matched cells within tolerance" in itself.output
     against = runner.invoke(app, ["compare", "--baseline", str(swept), str(out), "--no-speed"])
     assert against.exit_code == 0 and "4 of 4 matched cells within tolerance" in against.output
-    advice = runner.invoke(app, ["recommend", str(out)])
+    advice = runner.invoke(app, ["model", "recommend", str(out)])
     assert advice.exit_code == 0, advice.output
     plots = runner.invoke(app, ["plot", str(out), "--out", str(tmp_path / "plots")])
     assert plots.exit_code == 0, plots.output

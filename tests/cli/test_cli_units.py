@@ -724,12 +724,12 @@ def test_run_folder_reports_pending_and_failed_cells(tmp_path):
 # --- thin wrappers ---------------------------------------------------------------------------------
 
 
-def test_kernels_passes_its_arguments_through():
+def test_kernels_bench_shows_the_benchmarks_options():
     from typer.testing import CliRunner
 
     from ddbench.cli import app
 
-    result = CliRunner().invoke(app, ["kernels", "--help"])
+    result = CliRunner().invoke(app, ["kernels", "bench", "--help"])
     assert result.exit_code == 0 and "--smoke" in result.output and "--budgets" in result.output
 
 

@@ -139,7 +139,8 @@ def test_report_plot_compare_and_diverge_read_a_url_run(url_swept, swept, tmp_pa
     assert plots.exit_code == 0 and len(list((tmp_path / "plots").glob("*.png"))) == 6
     compared = runner.invoke(app, ["compare", "--baseline", str(swept), str(url_swept), "--no-speed"])
     assert compared.exit_code == 0 and "4 of 4 matched cells within tolerance" in compared.output
-    diverged = runner.invoke(app, ["diverge", str(url_swept), "--out", str(tmp_path)])  # the model: the manifest's
+    # the model: the manifest's
+    diverged = runner.invoke(app, ["check", "diverge", str(url_swept), "--out", str(tmp_path)])
     assert diverged.exit_code == 0, diverged.output
     assert "0 divergences" in diverged.output
 
