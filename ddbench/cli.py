@@ -1,11 +1,12 @@
 """`ddbench`: sweep DDTree against AR and DFlash on SGLang or the reference engine, then report, plot, compare.
 
     ddbench sweep|report|plot|compare|baseline|serve   measure and read results (ddbench/harness/)
-    ddbench check diverge|replay                        is the output right? (ddbench/check/)
-    ddbench model cost|cost-sglang|project|strength|recommend
+    ddbench check diverge|replay|sampled                is the output right? (ddbench/check/)
+    ddbench model cost|cost-sglang|project|strength|recommend|accept
                                                         cost, projected speed, acceptance (ddbench/model/)
     ddbench kernels bench|tune topk|tune build|trace    the draft side's kernels (ddbench/kernels/)
-    ddbench testbed prepare|pad-heads|inflate           the CPU target and its copies (ddbench/testbed/)
+    ddbench testbed prepare|pad-heads|inflate|train-prompts|distill|train
+                                                        the CPU target and its drafter (ddbench/testbed/)
 
 `ddbench COMMAND --help` explains each knob. The names the commands had before the roles (`ddbench diverge`,
 `replay`, `recommend`, `project`, `cost`, `cost-sglang`, `trace`, and `ddbench kernels --out ...` for the

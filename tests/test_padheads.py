@@ -12,7 +12,6 @@ import torch
 from typer.testing import CliRunner
 
 from ddbench.cli import app
-from ddbench.testbed import target as testbed
 from ddbench.testbed.padheads import (
     PADDING_FILE,
     HeadPadding,
@@ -184,19 +183,19 @@ def test_impossible_padding_is_refused(tmp_path, num_heads, num_kv_heads):
     assert not (tmp_path / "dst").exists()
 
 
-def test_cli_pad_heads(tmp_path, capsys):
+def test_cli_pad_heads(tmp_path):
     _source(tmp_path / "src")
-    result = CliRunner().invoke(app, ["testbed", "pad-heads", str(tmp_path / "src"), str(tmp_path / "a")])
+
+    def pad(dst, *args):
+        return CliRunner().invoke(app, ["testbed", "pad-heads", str(tmp_path / "src"), str(tmp_path / dst), *args])
+
+    result = pad("a")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == str((tmp_path / "a").resolve())
-    result = CliRunner().invoke(
-        app, ["testbed", "pad-heads", str(tmp_path / "src"), str(tmp_path / "b"), "--num-kv-heads", "5"]
-    )
+    result = pad("b", "--num-kv-heads", "5")
     assert result.exit_code == 2
     assert "error: cannot pad 9 query / 3 KV heads to 12 / 5" in result.stderr
-    testbed.main(["pad-heads", str(tmp_path / "src"), str(tmp_path / "c"), "--num-heads", "18", "--num-kv-heads", "6"])
-    assert capsys.readouterr().out.strip() == str((tmp_path / "c").resolve())
+    result = pad("c", "--num-heads", "18", "--num-kv-heads", "6")
+    assert result.exit_code == 0 and result.stdout.strip() == str((tmp_path / "c").resolve())
     assert json.loads((tmp_path / "c" / "config.json").read_text())["num_attention_heads"] == 18
-    with pytest.raises(SystemExit) as exit_info:
-        testbed.main(["pad-heads", str(tmp_path / "src"), str(tmp_path / "d"), "--num-heads", "13"])
-    assert exit_info.value.code == 2
+    assert pad("d", "--num-heads", "13").exit_code == 2

@@ -17,6 +17,10 @@ TOOLS = {
         "ddbench.check.replay:main",
         "Replay an engine's greedy responses with the reference engine; compare acceptance on the same text.",
     ),
+    "sampled": Tool(
+        "ddbench.check.sampled:main",
+        "Is a speculative server's sampled output distributed as the target's own? A two-sample chi-square test.",
+    ),
 }
 app = typer.Typer(
     help="Is the output right? Divergences from AR, rounds replayed by the reference engine, sampling tested.",

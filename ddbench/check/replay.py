@@ -175,6 +175,3 @@ def main(
     if any(abs(row["relative_diff"]) > tol for row in rows):
         raise typer.Exit(1)
 
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -14,7 +14,7 @@ expected counts of about 5 or more). A prompt fails when p < alpha / prompts (Bo
 fail proves nothing, so `--spec-temperature` plants a failure: the speculative side is asked at another
 temperature, as a round that applied the wrong temperature would sample; the test must reject that.
 
-    python -m ddbench.check.sampled --ar http://127.0.0.1:30000 --spec http://127.0.0.1:30001 --model TARGET \\
+    ddbench check sampled --ar http://127.0.0.1:30000 --spec http://127.0.0.1:30001 --model TARGET \\
         --samples 2000 --tokens 2 --temperature 1.0 [--top-p 0.9] [--spec-temperature 0.8] [--out result.json]
 
 Example: at 2,000 samples per side a correct server gives p spread uniformly on [0, 1] (rejected 5 % of the
@@ -24,16 +24,17 @@ distribution enough for p < 1e-6 on ordinary prompts.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Annotated
 
 import httpx
 import torch
+import typer
 
 from ddbench.harness.client import chat_input_ids
 from ddbench.testbed.distill import generate_many, generate_one
@@ -113,35 +114,33 @@ def compare(
     }  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(
+    ar: Annotated[str, typer.Option(help="The target-only server (SGLang /generate).")],
+    spec: Annotated[str, typer.Option(help="The speculative server under test.")],
+    model: Annotated[str, typer.Option(help="The target's folder (its tokenizer).")],
+    samples: Annotated[int, typer.Option(help="Completions per prompt and server.")] = 2000,
+    tokens: Annotated[int, typer.Option(help="Tokens per completion (1-3).")] = 2,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature, both servers.")] = 1.0,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling p, both servers.")] = 1.0,
+    spec_temperature: Annotated[
+        float | None, typer.Option(help="Planted failure: ask the speculative side at this temperature instead.")
+    ] = None,
+    alpha: Annotated[float, typer.Option(help="Family-wise level (Bonferroni over prompts).")] = 0.05,
+    batch: Annotated[int, typer.Option(help="Prompts per request (SGLang takes lists; 1 for other servers).")] = 64,
+    out: Annotated[Path | None, typer.Option(help="Also write the result as JSON here.")] = None,
+) -> None:
+    """Is a speculative server's sampled output distributed as the target's own? A two-sample chi-square test
+    of its first tokens against the target-only server's, per prompt (see ddbench/check/sampled.py)."""
     from transformers import AutoTokenizer
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ar", required=True, help="the target-only server (SGLang /generate)")
-    parser.add_argument("--spec", required=True, help="the speculative server under test")
-    parser.add_argument("--model", required=True, help="the target's folder (its tokenizer)")
-    parser.add_argument("--samples", type=int, default=2000, help="completions per prompt and server (default 2000)")
-    parser.add_argument("--tokens", type=int, default=2, help="tokens per completion (1-3; default 2)")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--spec-temperature", type=float, help="planted failure: ask the speculative side at this T")
-    parser.add_argument("--alpha", type=float, default=0.05, help="family-wise level (Bonferroni over prompts)")
-    parser.add_argument("--batch", type=int, default=64, help="prompts per request (SGLang takes lists; 1 otherwise)")
-    parser.add_argument("--out", help="write the result as JSON here")
-    args = parser.parse_args(argv)
     result = compare(
-        args.ar, args.spec, AutoTokenizer.from_pretrained(args.model), PROMPTS, samples=args.samples,
-        tokens=args.tokens, temperature=args.temperature, top_p=args.top_p, spec_temperature=args.spec_temperature,
-        alpha=args.alpha, batch=args.batch,
+        ar, spec, AutoTokenizer.from_pretrained(model), PROMPTS, samples=samples, tokens=tokens,
+        temperature=temperature, top_p=top_p, spec_temperature=spec_temperature, alpha=alpha, batch=batch,
     )  # fmt: skip
     text = json.dumps(result, indent=1)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    if out:
+        out.write_text(text + "\n")
     print(text)
     verdict = "rejected: the distributions differ" if result["rejected"] else "not rejected"
     print(f"{verdict} (min p {min(r['p'] for r in result['prompts']):.3g}, threshold {result['threshold']:.3g})",
           file=sys.stderr)  # fmt: skip
-
-
-if __name__ == "__main__":
-    main()

@@ -234,6 +234,3 @@ def _configure_pdl() -> None:
 
     pdl.configure(pdl.from_environ(os.environ))
 
-
-if __name__ == "__main__":
-    typer.run(main)

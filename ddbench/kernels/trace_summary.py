@@ -324,6 +324,3 @@ def main(
     if json_out is not None:
         json_out.write_text(json.dumps(summaries, indent=1))
 
-
-if __name__ == "__main__":
-    typer.run(main)

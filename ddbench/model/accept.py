@@ -1,9 +1,9 @@
 """A drafter's acceptance on the target's greedy outputs, simulated without serving: DFlash's chain and DDTree's
 trees at given budgets, tau per dataset. Used to choose between drafters right after training, on the GPU.
 
-    python -m ddbench.model.accept --target TARGET --draft DRAFTER --answers eval.jsonl --budgets 15,63 [--device cuda]
+    ddbench model accept --target TARGET --draft DRAFTER --answers eval.jsonl --budgets 15,63 [--device cuda]
 
-(`eval.jsonl`: `python -m ddbench.testbed.distill eval`, the target's greedy answers to the held-out prompts.)
+(`eval.jsonl`: `ddbench testbed distill eval`, the target's greedy answers to the held-out prompts.)
 
 Greedy speculative decoding emits exactly the target's greedy tokens y, so a round needs no target pass: from
 the bonus token at position p, DFlash accepts the leading matches of its argmax chain with y[p+1:], DDTree the
@@ -20,14 +20,15 @@ Example: a 128-token answer with DFlash rounds accepting 3, 2, 4, ... gives tau 
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Annotated
 
 import torch
+import typer
 
 from ddbench.model.strength import round_matches
 from ddtree_core.policy import expected_accepts
@@ -150,28 +151,29 @@ def calibration_table(rows: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(
+    target: Annotated[str, typer.Option(help="The target's folder.")],
+    draft: Annotated[str, typer.Option(help="The drafter's folder.")],
+    answers: Annotated[
+        Path, typer.Option(help="The target's greedy answers, JSONL of `ddbench testbed distill eval`.")
+    ],
+    budgets: Annotated[str, typer.Option(help="DDTree budgets, comma list.")] = "15,63",
+    device: Annotated[str | None, typer.Option(help="cpu | cuda (default: cuda where there is one).")] = None,
+    dtype: Annotated[str, typer.Option(help="bfloat16 (as served) or float32.")] = "bfloat16",
+    out: Annotated[Path | None, typer.Option(help="Also write the rows as JSON here.")] = None,
+) -> None:
+    """A drafter's DFlash and DDTree acceptance on the target's greedy answers, simulated without serving: tau per
+    dataset and budget (see ddbench/model/accept.py)."""
     from ddtree_core.reference.loading import load_models
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", required=True, help="the target's folder")
-    parser.add_argument("--draft", required=True, help="the drafter's folder")
-    parser.add_argument("--answers", required=True, help="greedy answers, JSONL of `ddbench.testbed.distill eval`")
-    parser.add_argument("--budgets", default="15,63", help="DDTree budgets (comma list; default 15,63)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default="bfloat16", help="bfloat16 (as served) or float32")
-    parser.add_argument("--out", help="also write the rows as JSON here")
-    args = parser.parse_args(argv)
-    budgets = [int(b) for b in args.budgets.split(",") if b]
-    models = load_models(args.target, args.draft, dtype=args.dtype, device=args.device)
-    answers = [json.loads(line) for line in Path(args.answers).read_text().splitlines() if line.strip()]
-    rows = evaluate(models.target, models.drafter, answers, budgets, log=print)
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    budget_list = [int(b) for b in budgets.split(",") if b]
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    models = load_models(target, draft, dtype=dtype, device=device)
+    greedy = [json.loads(line) for line in answers.read_text().splitlines() if line.strip()]
+    rows = evaluate(models.target, models.drafter, greedy, budget_list, log=print)
+    if out:
+        out.write_text(json.dumps(rows, indent=1) + "\n")
     print(table(rows))
     print()
     print(calibration_table(rows))
 
-
-if __name__ == "__main__":
-    main()

@@ -25,6 +25,10 @@ TOOLS = {
         "ddbench.model.strength:main",
         "Simulated DFlash and DDTree acceptance as the drafter gets stronger (see ddbench/model/strength.py).",
     ),
+    "accept": Tool(
+        "ddbench.model.accept:main",
+        "A drafter's DFlash and DDTree acceptance on the target's greedy answers, simulated without serving.",
+    ),
 }
 app = typer.Typer(
     help="What speed to expect: verify cost, projections to other GPUs, simulated acceptance, the best setting.",

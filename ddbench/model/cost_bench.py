@@ -566,6 +566,3 @@ def main(
     scaled = f", {config.layers} of {shape.layers} layers timed and scaled" if config.layers < shape.layers else ""
     print_table(results, f"Verify step, {preset}, prefix {config.prefix} (ms per step{scaled}); knee *: {KNEE_RULE}")
 
-
-if __name__ == "__main__":
-    typer.run(main)

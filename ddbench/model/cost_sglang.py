@@ -143,6 +143,3 @@ def main(
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(item) for item in text.split(",") if item.strip())
 
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -327,6 +327,3 @@ def main(
     if problems:
         raise typer.Exit(code=1)
 
-
-if __name__ == "__main__":
-    typer.run(main)

@@ -1,19 +1,31 @@
-"""`ddbench testbed`: the small real target for CPU runs (SmolLM2-135M-Instruct), and copies of it with more
-heads or an 8B model's shape."""
+"""`ddbench testbed`: the small real target for CPU runs (SmolLM2-135M-Instruct), copies of it with more heads
+or an 8B model's shape, and the drafter's training: prompts, the target's answers, training."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ddbench.commands import console, fail, progress_display
+from ddbench.commands import Tool, console, fail, lazy_group, progress_display
 from ddbench.config import DDBenchError
 
+TOOLS = {
+    "distill": Tool(
+        "ddbench.testbed.distill:app",
+        "The target's own answers from a running server: a drafter's training data, or its evaluation answers.",
+    ),
+    "train": Tool(
+        "ddbench.testbed.train:main",
+        "Train a DFlash drafter for a target by self-distillation on the target's own continuations.",
+    ),
+}
 app = typer.Typer(
-    help="The small real target model for CPU runs, and its bigger copies.",
+    help="The small real target model for CPU runs, its bigger copies, and its drafter's training.",
     no_args_is_help=True,
+    cls=lazy_group(TOOLS),
 )
 
 
@@ -123,3 +135,28 @@ def testbed_inflate(
     except (inflate.InflationError, FileExistsError, FileNotFoundError, DDBenchError) as error:
         raise fail(str(error)) from None
 
+
+@app.command("train-prompts")
+def train_prompts(
+    out: Annotated[Path, typer.Argument(help="The JSONL file to write: one prompt per line.")],
+    data_dir: Annotated[
+        str | None, typer.Option(help="Offline dataset mirror (default: $DDBENCH_DATA_DIR, else the hub).")
+    ] = None,
+    synthetic: Annotated[
+        str,
+        typer.Option(
+            help="Also synthetic prompts (ddbench/testbed/synth.py), e.g. math=6000,code=1400,chat=5000 "
+            "(default: none)."
+        ),
+    ] = "",
+) -> None:
+    """Write the drafter's training prompts: every prompt of the three datasets outside the held-out split
+    (ddbench/heldout.py), one per turn, then the synthetic ones; a held-out prompt is refused (exit 2)."""
+    from ddbench.testbed import target as testbed
+
+    try:
+        rows = testbed.train_prompts(data_dir, testbed.family_counts(synthetic))
+    except ValueError as error:  # heldout.HeldOutError is one
+        raise fail(str(error)) from None
+    out.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    typer.echo(f"{len(rows)} training prompts -> {out}")

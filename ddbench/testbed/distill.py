@@ -1,11 +1,11 @@
 """The target's own answers, from a running server: training data for a drafter, or the greedy outputs on which
 `ddbench.model.accept` measures a drafter's acceptance.
 
-    python -m ddbench.testbed.distill train PROMPTS.jsonl OUT.jsonl --url http://127.0.0.1:30000 --model TARGET \\
+    ddbench testbed distill train PROMPTS.jsonl OUT.jsonl --url http://127.0.0.1:30000 --model TARGET \\
         --temperatures 0,0.7,1.0 --max-new-tokens 256 --batch 64 --concurrency 8
-    python -m ddbench.testbed.distill eval OUT.jsonl --url ... --model TARGET --max-new-tokens 128
+    ddbench testbed distill eval OUT.jsonl --url ... --model TARGET --max-new-tokens 128
 
-`train` answers every prompt of PROMPTS (`ddbench.testbed.target train-prompts` writes it; a held-out prompt is
+`train` answers every prompt of PROMPTS (`ddbench testbed train-prompts` writes it; a held-out prompt is
 refused, exit 2, before any request) once per temperature; `eval` answers the held-out prompts greedily
 (the first turn of each held-out prompt of the three datasets, and every prompt of heldout.OOD_FILE). Each
 request is the benchmark's: the chat template as `ddbench.harness.client.chat_input_ids` applies it, sent as token
@@ -21,16 +21,16 @@ temperature; an interrupted run resumes: keys already in OUT are skipped. A line
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
+import typer
 
 from ddbench import heldout
 from ddbench.datasets import load_all_prompts
@@ -138,49 +138,79 @@ def generate_many(http: httpx.Client, url: str, input_ids: list[list[int]], para
     return [[int(token) for token in body["output_ids"]] for body in bodies]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="answer training prompts (held-out ones refused)")
-    train.add_argument("prompts", help="JSONL with a 'prompt' per line (ddbench.testbed.target train-prompts)")
-    evaluate = commands.add_parser("eval", help="answer the held-out prompts greedily")
-    evaluate.add_argument("--data-dir", help="the offline dataset mirror (default: $DDBENCH_DATA_DIR)")
-    for command in (train, evaluate):
-        command.add_argument("out", help="answers JSONL (appended to; keys already there are skipped)")
-        command.add_argument("--url", required=True, help="server with SGLang's /generate, e.g. http://127.0.0.1:30000")
-        command.add_argument("--model", required=True, help="the served target's folder (its tokenizer)")
-        command.add_argument("--max-new-tokens", type=int, default=256 if command is train else 128)
-        command.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
-        command.add_argument(
-            "--batch", type=int, default=64, help="prompts per request (SGLang takes lists; 1 for other servers)"
-        )
-    train.add_argument("--temperatures", default="0", help="comma list; 0 is greedy (default: 0)")
-    train.add_argument(
-        "--seed", type=int, default=0, help="order of the requests (a run cut short answers another sample)"
-    )
-    args = parser.parse_args(argv)
-    if args.command == "train":
-        rows = read_rows(args.prompts)
-        try:
-            heldout.check_training_texts(row["prompt"] for row in rows)
-        except heldout.HeldOutError as error:
-            parser.exit(2, f"{parser.prog}: error: {error}\n")
-        temperatures = [float(t) for t in args.temperatures.split(",")]
-    else:
-        rows, temperatures = eval_rows(args.data_dir), [0.0]
+app = typer.Typer(
+    help="The target's own answers from a running server: a drafter's training data, or its evaluation answers.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+Out = Annotated[Path, typer.Argument(help="Answers JSONL (appended to; keys already there are skipped).")]
+Url = Annotated[str, typer.Option(help="Server with SGLang's /generate, e.g. http://127.0.0.1:30000.")]
+Model = Annotated[str, typer.Option(help="The served target's folder (its tokenizer).")]
+Concurrency = Annotated[int, typer.Option(help="Requests in flight.")]
+Batch = Annotated[int, typer.Option(help="Prompts per request (SGLang takes lists; 1 for other servers).")]
+
+
+@app.command("train")
+def train_command(
+    prompts: Annotated[
+        Path, typer.Argument(help="JSONL with a 'prompt' per line (`ddbench testbed train-prompts` writes it).")
+    ],
+    out: Out,
+    url: Url,
+    model: Model,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens per answer at most.")] = 256,
+    concurrency: Concurrency = 8,
+    batch: Batch = 64,
+    temperatures: Annotated[str, typer.Option(help="Comma list; 0 is greedy.")] = "0",
+    seed: Annotated[int, typer.Option(help="Order of the requests (a run cut short answers another sample).")] = 0,
+) -> None:
+    """Answer the training prompts once per temperature; a held-out prompt is refused (exit 2) before any request."""
+    rows = read_rows(prompts)
+    try:
+        heldout.check_training_texts(row["prompt"] for row in rows)
+    except heldout.HeldOutError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(code=2) from None
+    temperature_list = [float(t) for t in temperatures.split(",")]
+    _answer(rows, out, url, model, temperature_list, max_new_tokens, concurrency, batch, seed)
+
+
+@app.command("eval")
+def eval_command(
+    out: Out,
+    url: Url,
+    model: Model,
+    data_dir: Annotated[
+        str | None, typer.Option(help="The offline dataset mirror (default: $DDBENCH_DATA_DIR).")
+    ] = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens per answer at most.")] = 128,
+    concurrency: Concurrency = 8,
+    batch: Batch = 64,
+) -> None:
+    """Answer the held-out prompts greedily: what `ddbench model accept` measures a drafter on."""
+    _answer(eval_rows(data_dir), out, url, model, [0.0], max_new_tokens, concurrency, batch)
+
+
+def _answer(
+    rows: list[dict[str, Any]],
+    out: Path,
+    url: str,
+    model: str,
+    temperatures: list[float],
+    max_new_tokens: int,
+    concurrency: int,
+    batch: int,
+    seed: int = 0,
+) -> None:
     answer_all(
         rows,
-        Path(args.out),
-        url=args.url,
-        model=args.model,
+        out,
+        url=url,
+        model=model,
         temperatures=temperatures,
-        max_new_tokens=args.max_new_tokens,
-        concurrency=args.concurrency,
-        batch=args.batch,
-        seed=getattr(args, "seed", 0),
+        max_new_tokens=max_new_tokens,
+        concurrency=concurrency,
+        batch=batch,
+        seed=seed,
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
-
-
-if __name__ == "__main__":
-    main()

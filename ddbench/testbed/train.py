@@ -10,22 +10,23 @@
    cross-entropy of the target's next block_size - 1 tokens through the target's frozen lm_head,
    weighted exp(-(k - 1) / decay) at block position k: early positions decide acceptance.
 
-`python -m ddbench.testbed.train --target DIR --prompts FILE.jsonl --out DIR` (see --help) answers the
+`ddbench testbed train --target DIR --prompts FILE.jsonl --out DIR` (see --help) answers the
 prompts with the target's `generate` here; `--answers FILE.jsonl` trains on answers a server wrote
-(`python -m ddbench.testbed.distill train`, much faster on a GPU). A prompt of the held-out evaluation split
+(`ddbench testbed distill train`, much faster on a GPU). A prompt of the held-out evaluation split
 (ddbench.heldout) is refused before anything is written (exit status 2).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Annotated
 
 import torch
+import typer
 from torch.nn import functional as F
 
 from ddbench.heldout import HeldOutError, check_training_texts
@@ -38,7 +39,7 @@ class TrainConfig:
     prompts: str | None  # JSONL, one {"prompt": str} or {"turns": [str, ...]} per line (first turn used)
     out: str  # drafter folder to write (z-lab DFlash layout)
     mask_token_id: int
-    answers: str | None = None  # JSONL of the target's answers (ddbench.testbed.distill train): used instead of prompts
+    answers: str | None = None  # JSONL of the target's answers (ddbench testbed distill train), instead of prompts
     target_layer_ids: tuple[int, ...] | None = None  # None: evenly spread over the target
     num_target_features: int = 4  # layers captured when target_layer_ids is None
     num_layers: int = 2
@@ -155,7 +156,7 @@ def train(cfg: TrainConfig) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if (cfg.prompts is None) == (cfg.answers is None):
-        raise ValueError("give either prompts (answered here) or answers (ddbench.testbed.distill train), not both")
+        raise ValueError("give either prompts (answered here) or answers (`ddbench testbed distill train`), not both")
     if cfg.answers is not None:
         rows = [json.loads(line) for line in Path(cfg.answers).read_text().splitlines() if line.strip()]
         texts = [row["prompt"] for row in rows]
@@ -327,45 +328,66 @@ def start_from(drafter: DFlashDraftModel, path: str | Path) -> None:
         drafter.load_state_dict({name: t.to(torch.float32) for name, t in start.state_dict().items()})
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", required=True, help="HF folder of the target model")
-    sources = parser.add_mutually_exclusive_group(required=True)
-    sources.add_argument("--prompts", help="training prompts, JSONL with 'prompt' or 'turns' (answered here)")
-    sources.add_argument("--answers", help="the target's answers, JSONL of `python -m ddbench.testbed.distill train`")
-    parser.add_argument("--out", required=True, help="folder for the drafter and train_log.jsonl")
-    parser.add_argument("--mask-token-id", type=int, required=True, help="token fed at masked block positions")
-    parser.add_argument("--target-layer-ids", help="comma list; default: evenly spread")
-    for name in (
-        "num_target_features",
-        "num_layers",
-        "num_heads",
-        "num_kv_heads",
-        "head_dim",
-        "intermediate_size",
-        "block_size",
-        "max_new_tokens",
-        "generate_batch",
-        "steps",
-        "batch_size",
-        "blocks_per_seq",
-        "warmup",
-        "seed",
-    ):
-        parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(TrainConfig, name))
-    parser.add_argument("--sampled-passes", type=int, default=TrainConfig.sampled_passes)
-    for name in ("lr", "loss_decay", "sample_temperature", "max_seconds"):
-        parser.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(TrainConfig, name))
-    parser.add_argument("--device", default=TrainConfig.device)
-    parser.add_argument("--init", help="a drafter folder of the same shape to continue training from")
-    args = vars(parser.parse_args(argv))
-    if args["target_layer_ids"]:
-        args["target_layer_ids"] = tuple(int(x) for x in args["target_layer_ids"].split(","))
+def main(
+    target: Annotated[str, typer.Option(help="HF folder of the target model.")],
+    out: Annotated[str, typer.Option(help="Folder for the drafter and train_log.jsonl.")],
+    mask_token_id: Annotated[int, typer.Option(help="Token fed at the masked block positions.")],
+    prompts: Annotated[
+        str | None, typer.Option(help="Training prompts, JSONL with 'prompt' or 'turns' (answered here).")
+    ] = None,
+    answers: Annotated[
+        str | None, typer.Option(help="Or the target's answers, JSONL of `ddbench testbed distill train`.")
+    ] = None,
+    target_layer_ids: Annotated[
+        str | None, typer.Option(help="Target layers the drafter reads, comma list (default: evenly spread).")
+    ] = None,
+    num_target_features: Annotated[
+        int, typer.Option(help="Target layers read when --target-layer-ids is not given.")
+    ] = TrainConfig.num_target_features,
+    num_layers: Annotated[int, typer.Option(help="Drafter decoder layers.")] = TrainConfig.num_layers,
+    num_heads: Annotated[int, typer.Option(help="Drafter query heads.")] = TrainConfig.num_heads,
+    num_kv_heads: Annotated[int, typer.Option(help="Drafter KV heads.")] = TrainConfig.num_kv_heads,
+    head_dim: Annotated[int, typer.Option(help="Drafter head dim.")] = TrainConfig.head_dim,
+    intermediate_size: Annotated[int, typer.Option(help="Drafter MLP width.")] = TrainConfig.intermediate_size,
+    block_size: Annotated[int, typer.Option(help="Drafter block size.")] = TrainConfig.block_size,
+    max_new_tokens: Annotated[
+        int, typer.Option(help="Length of the target's answers used as training data.")
+    ] = TrainConfig.max_new_tokens,
+    generate_batch: Annotated[
+        int, typer.Option(help="Prompts per generate call when --prompts are answered here.")
+    ] = TrainConfig.generate_batch,
+    steps: Annotated[int, typer.Option(help="Training steps.")] = TrainConfig.steps,
+    batch_size: Annotated[int, typer.Option(help="Sequences per step.")] = TrainConfig.batch_size,
+    blocks_per_seq: Annotated[int, typer.Option(help="Blocks per sequence and step.")] = TrainConfig.blocks_per_seq,
+    warmup: Annotated[int, typer.Option(help="Learning-rate warm-up steps.")] = TrainConfig.warmup,
+    seed: Annotated[int, typer.Option(help="Seed of the drafter's weights and the batches.")] = TrainConfig.seed,
+    sampled_passes: Annotated[
+        int, typer.Option(help="Extra answers per prompt sampled at --sample-temperature (more varied data).")
+    ] = TrainConfig.sampled_passes,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = TrainConfig.lr,
+    loss_decay: Annotated[
+        float, typer.Option(help="Block position k weighs exp(-(k - 1) / decay) in the loss.")
+    ] = TrainConfig.loss_decay,
+    sample_temperature: Annotated[
+        float, typer.Option(help="Temperature of the sampled passes.")
+    ] = TrainConfig.sample_temperature,
+    max_seconds: Annotated[
+        float, typer.Option(help="> 0: train this long (at most --steps), the cosine over the wall time.")
+    ] = TrainConfig.max_seconds,
+    device: Annotated[str, typer.Option(help="Device to train on.")] = TrainConfig.device,
+    init: Annotated[
+        str | None, typer.Option(help="A drafter folder of the same shape to continue training from.")
+    ] = None,
+) -> None:
+    """Train a DFlash drafter for a target by self-distillation on the target's own continuations (see
+    ddbench/testbed/train.py); a held-out prompt is refused (exit 2) before anything is written."""
+    if (prompts is None) == (answers is None):
+        typer.echo("error: give one of --prompts and --answers", err=True)
+        raise typer.Exit(code=2)
+    settings = dict(locals())  # every parameter is a TrainConfig field
+    settings["target_layer_ids"] = tuple(int(x) for x in target_layer_ids.split(",")) if target_layer_ids else None
     try:
-        train(TrainConfig(**args))
+        train(TrainConfig(**settings))
     except (HeldOutError, InitError) as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
-
-
-if __name__ == "__main__":
-    main()
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(code=2) from None

@@ -12,11 +12,12 @@ from ddbench.cli import ALIASES, app
 
 ROLES = {
     "": {"sweep", "report", "plot", "compare", "baseline", "serve", "check", "model", "kernels", "testbed"},
-    "check": {"diverge", "replay"},
-    "model": {"cost", "cost-sglang", "project", "strength", "recommend"},
+    "check": {"diverge", "replay", "sampled"},
+    "model": {"cost", "cost-sglang", "project", "strength", "recommend", "accept"},
     "kernels": {"bench", "tune", "trace"},
     "kernels tune": {"topk", "build"},
-    "testbed": {"prepare", "pad-heads", "inflate"},
+    "testbed": {"prepare", "pad-heads", "inflate", "train-prompts", "distill", "train"},
+    "testbed distill": {"train", "eval"},
 }
 
 
