@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from ddbench import heldout
 from ddbench.cli import app
-from ddbench.config import build_config
+from ddbench.config import SweepSettings
 from ddbench.datasets import DATASET_NAMES, Prompt, load_all_prompts, load_prompts, read_jsonl_prompts
 from ddbench.harness import client
 from ddbench.harness.cli import _machine_defaults
@@ -25,7 +25,7 @@ def bundled_sweep_prompts(data_dir, **settings) -> dict[str, list[Prompt]]:
     """What an SGLang sweep of the bundled drafter over the three datasets sends (the CLI's defaults)."""
     values = {"engine": "sglang", "gpus": "0", "model": "m", "draft": str(testbed.DRAFTER_DIR)}
     values.update(datasets=",".join(DATASET_NAMES), data_dir=str(data_dir), **settings)
-    return client.load_prompts(build_config(_machine_defaults(values), {}))
+    return client.load_prompts(_machine_defaults(SweepSettings(**values)).build())
 
 
 def test_hash_file_lists_the_first_prompts_of_the_seed0_shuffle(data_dir):

@@ -13,6 +13,7 @@ overwritten.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,7 +21,7 @@ import typer
 
 from ddbench import env
 from ddbench.commands import console, fail, progress_display
-from ddbench.config import BUILTIN_DATASETS, DDBenchError, as_list, build_config, parse_urls, read_config_file
+from ddbench.config import BUILTIN_DATASETS, DDBenchError, SweepSettings, as_list, parse_urls
 
 if TYPE_CHECKING:
     from ddbench.harness.fleet import Fleet
@@ -156,7 +157,7 @@ def sweep(
     temperature, load; with --repeats, the whole grid several times, interleaved; with --url, on running servers."""
     from ddbench.harness.runner import plan_sweep, run_sweep
 
-    flags = dict(
+    flags = SweepSettings(
         engine=engine, model=model, draft=draft, methods=methods, budgets=budgets, depths=depths,
         draft_temperatures=draft_temperatures, hold_chain=hold_chain, temperatures=temperatures,
         concurrency=concurrency,
@@ -166,12 +167,11 @@ def sweep(
         repeats=repeats, url=url, api_key=api_key,
     )  # fmt: skip
     try:
-        values = read_config_file(config) if config else {}
-        values.update({key: value for key, value in flags.items() if value is not None})
-        fleet = _running_servers(values)
+        settings = flags.over(SweepSettings.from_file(config)) if config else flags
+        fleet = _running_servers(settings)
         if fleet is None:  # ddbench starts the servers
-            _need_engine(values.get("engine"))
-        sweep_config = build_config(_machine_defaults(values, fleet), {})
+            _need_engine(settings.engine)
+        sweep_config = _machine_defaults(settings, fleet).build()
         if dry_run:
             _print_plan(plan_sweep(sweep_config, fleet), sweep_config)
             return
@@ -190,17 +190,17 @@ def sweep(
         raise fail(f"{len(outcome.failed)} cell(s) failed, rerun to retry; first: {outcome.failed[0]}")
 
 
-def _running_servers(values: dict) -> Fleet | None:
+def _running_servers(settings: SweepSettings) -> Fleet | None:
     """The running servers of `url`, probed now; None without url."""
-    if not values.get("url"):
+    if not settings.url:
         return None
     from ddbench.harness.fleet import Fleet
 
     try:
-        urls = parse_urls(values["url"])
+        urls = parse_urls(settings.url)
     except ValueError as error:
         raise DDBenchError(str(error)) from None
-    return Fleet.connect(urls, values.get("api_key"))
+    return Fleet.connect(urls, settings.api_key)
 
 
 def _print_plan(plan, config) -> None:
@@ -234,41 +234,44 @@ def _print_plan(plan, config) -> None:
 CPU_DEFAULTS = {"datasets": "gsm8k", "num_prompts": 6, "max_new_tokens": 64, "budgets": "4,8,16", "workers": 1}
 
 
-def _machine_defaults(values: dict, fleet: Fleet | None = None) -> dict:
+def _machine_defaults(settings: SweepSettings, fleet: Fleet | None = None) -> SweepSettings:
     """Fill what depends on the machine: the engine, its GPUs, the testbed target, the output folder; with running
     servers (`fleet`) the engine, target and drafter they report, unless given."""
-    values = dict(values)
+    given = settings
     if fleet is not None:
-        for key, reported in (("engine", fleet.engine), ("model", fleet.model), ("draft", fleet.draft)):
-            values[key] = values.get(key) or reported
-    values.setdefault("engine", env.default_engine())
-    if values["engine"] == "reference":  # sized for a CPU: a few minutes on the testbed pair
-        for key, value in CPU_DEFAULTS.items():
-            if fleet is None or key != "workers":  # ddbench starts no workers for running servers
-                values.setdefault(key, value)
-    if values["engine"] == "sglang" and not values.get("gpus") and fleet is None:
-        values["gpus"] = ",".join(str(gpu) for gpu in range(env.gpu_count()))
-    if not values.get("model"):  # the testbed pair
+        given = replace(given, engine=given.engine or fleet.engine, model=given.model or fleet.model,
+                        draft=given.draft or fleet.draft)  # fmt: skip
+    if given.engine is None:
+        given = replace(given, engine=env.default_engine())
+    if given.engine == "reference":  # sized for a CPU: a few minutes on the testbed pair
+        cpu = {key: value for key, value in CPU_DEFAULTS.items() if getattr(given, key) is None}
+        if fleet is not None:
+            cpu.pop("workers", None)  # ddbench starts no workers for running servers
+        given = replace(given, **cpu)
+    if given.engine == "sglang" and not given.gpus and fleet is None:
+        given = replace(given, gpus=",".join(str(gpu) for gpu in range(env.gpu_count())))
+    if not given.model:  # the testbed pair
         from ddbench.testbed import target as testbed
 
-        values["model"] = str(testbed.prepare_target(console=console(stderr=True)))
-        values["draft"] = values.get("draft") or str(testbed.DRAFTER_DIR)
-    elif not values.get("draft"):
+        model = str(testbed.prepare_target(console=console(stderr=True)))
+        given = replace(given, model=model, draft=given.draft or str(testbed.DRAFTER_DIR))
+    elif not given.draft:
         raise DDBenchError(
-            f"--model {values['model']} needs --draft (its DFlash drafter): the bundled drafter serves only the "
+            f"--model {given.model} needs --draft (its DFlash drafter): the bundled drafter serves only the "
             f"testbed target, which a sweep without --model uses"
         )
     for key in ("model", "draft"):  # a path (not a hub id like Qwen/Qwen3-8B) must name a folder
-        if values[key].startswith(("/", ".", "~")) and not Path(values[key]).expanduser().is_dir():
-            raise DDBenchError(f"--{key} {values[key]}: no such folder")
-    values.setdefault("out", f"results/{values.get('name', 'sweep')}")
-    if any(spec in BUILTIN_DATASETS for spec in as_list(values.get("datasets", "gsm8k"))):
+        value = getattr(given, key)
+        if value.startswith(("/", ".", "~")) and not Path(value).expanduser().is_dir():
+            raise DDBenchError(f"--{key} {value}: no such folder")
+    if given.out is None:
+        given = replace(given, out=f"results/{'sweep' if given.name is None else given.name}")
+    if any(spec in BUILTIN_DATASETS for spec in as_list("gsm8k" if given.datasets is None else given.datasets)):
         from ddbench.datasets import default_data_dir
 
-        data_dir = default_data_dir(values.get("data_dir"))  # recorded in the manifest as resolved
-        values["data_dir"] = str(data_dir) if data_dir else None
-    return values
-
+        data_dir = default_data_dir(given.data_dir)  # recorded in the manifest as resolved
+        given = replace(given, data_dir=str(data_dir) if data_dir else None)
+    return given
 
 def _need_engine(engine: str | None) -> None:
     """DDBenchError, in one line naming the extra to install, when ddbench would start servers of `engine`
@@ -400,10 +403,10 @@ def baseline_command(
     if out.exists() and not overwrite:  # checked first: the run below takes minutes
         raise fail(f"{out} exists; choose another --out or pass --overwrite")
     try:
-        config = build_config(
-            {"model": model, "draft": draft, "datasets": datasets, "budgets": budgets, "temperatures": temperatures},
-            {"num_prompts": num_prompts, "max_new_tokens": max_new_tokens, "data_dir": data_dir},
-        )
+        config = SweepSettings(
+            model=model, draft=draft, datasets=datasets, budgets=budgets, temperatures=temperatures,
+            num_prompts=num_prompts, max_new_tokens=max_new_tokens, data_dir=data_dir,
+        ).build()  # fmt: skip
         if AUTO_BUDGET in config.budgets:
             raise DDBenchError(f"--budgets {AUTO_BUDGET}: a baseline runs fixed budgets only (ddbench sweep runs auto)")
         from ddbench.harness.client import load_prompts
