@@ -6,7 +6,7 @@ into the grid of cells a sweep measures. Every grid holds, per dataset x tempera
 target-only cell (`ar`) and one linear DFlash cell (`dflash`) next to the DDTree cells, so speedup and
 parity come from the same run. With `repeats = N` the whole grid is measured N times (repeat 1..N), each
 repeat's cells under their own ids, so that methods are compared in one sitting, interleaved. With `url`
-the cells run against servers that are already running (ddbench.fleet) instead of servers ddbench starts.
+the cells run against servers that are already running (harness.fleet) instead of servers ddbench starts.
 
 Example `configs/smoke.toml`:
 
@@ -105,8 +105,8 @@ class SweepConfig:
     startup_timeout_s: float = 900.0
     request_timeout_s: float = 3600.0
     name: str = "sweep"
-    repeats: int = 1  # times the whole grid is measured, pass after pass (ddbench.runner)
-    url: tuple[ServerURL, ...] = ()  # running servers the cells go to (ddbench.fleet); empty: ddbench starts its own
+    repeats: int = 1  # times the whole grid is measured, pass after pass (ddbench.harness.runner)
+    url: tuple[ServerURL, ...] = ()  # running servers the cells go to (harness.fleet); empty: ddbench starts its own
     api_key: str | None = dataclasses.field(default=None, repr=False)  # sent as Authorization: Bearer; never stored
 
     def __post_init__(self) -> None:
@@ -179,7 +179,7 @@ class Cell:
     def tree_settings(self) -> TreeSettings | None:
         """The DDTree settings this cell asks a server for, None for ar and dflash: budget AUTO_BUDGET is auto
         (under the server's own budget, so its budget field reads 0), a depth of None the server's default.
-        Requests send them as custom_params (`TreeSettings.to_custom_params`, ddbench.client).
+        Requests send them as custom_params (`TreeSettings.to_custom_params`, ddbench.harness.client).
 
         Example: the cell gsm8k__ddtree-b16-dauto-dt0.5-chain__t0__c1 -> TreeSettings(16, None, 0.5, True);
         gsm8k__ddtree-bauto-d7-dt1__t0__c1 -> TreeSettings(0, 7, 1.0, False, auto=True)."""
@@ -347,6 +347,69 @@ def build_config(file_values: dict[str, Any], flag_values: dict[str, Any]) -> Sw
         return SweepConfig(**values)
     except (TypeError, ValueError) as error:
         raise DDBenchError(str(error)) from error
+
+
+Listed = str | Sequence[Any] | None  # a comma list ("16,32", "0-7") or a TOML list, as written; None: not given
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """A sweep as asked for, before any default: a config file's `[sweep]` table, the flags given over it, then
+    what the machine decides (`ddbench sweep` fills engine, GPUs, target, output folder). None means not given;
+    lists stay as written. `build()` validates once, through `build_config`, into a SweepConfig, so the checks
+    and their one-line errors are the same whichever way a setting came. One field per SweepConfig field."""
+
+    engine: str | None = None
+    model: str | None = None
+    draft: str | None = None
+    methods: Listed = None
+    budgets: Listed = None
+    depths: Listed = None
+    draft_temperatures: Listed = None
+    hold_chain: Listed = None
+    temperatures: Listed = None
+    concurrency: Listed = None
+    datasets: Listed = None
+    data_dir: str | None = None
+    num_prompts: int | None = None
+    max_new_tokens: int | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    gpus: Listed = None
+    tp: int | None = None
+    workers: int | None = None
+    out: str | None = None
+    stream: bool | None = None
+    restart_per_budget: bool | None = None
+    server_args: Listed = None
+    startup_timeout_s: float | None = None
+    request_timeout_s: float | None = None
+    name: str | None = None
+    repeats: int | None = None
+    url: Listed = None
+    api_key: str | None = dataclasses.field(default=None, repr=False)
+
+    @classmethod
+    def from_file(cls, name_or_path: str) -> SweepSettings:
+        """The `[sweep]` table of configs/NAME.toml (or of a .toml path), `name` defaulting to the file's stem;
+        DDBenchError for a key that is no setting, as build_config words it."""
+        table = read_config_file(name_or_path)
+        unknown = sorted(set(table) - {field.name for field in dataclasses.fields(cls)})
+        if unknown:
+            raise DDBenchError(f"unknown sweep setting(s): {', '.join(unknown)}")
+        return cls(**table)
+
+    def given(self) -> dict[str, Any]:
+        """The settings given (not None), by name."""
+        return {name: value for name, value in vars(self).items() if value is not None}
+
+    def over(self, base: SweepSettings) -> SweepSettings:
+        """These settings where given, else `base`'s: the flags over a config file."""
+        return dataclasses.replace(base, **self.given())
+
+    def build(self) -> SweepConfig:
+        """The validated SweepConfig; DDBenchError naming the first bad setting."""
+        return build_config(self.given(), {})
 
 
 def _coerce(key: str, value: Any) -> Any:

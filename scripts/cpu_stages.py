@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from ddbench.client import chat_input_ids
+from ddbench.harness.client import chat_input_ids
 from ddbench.heldout import eval_prompts
-from ddbench.testbed import DRAFTER_DIR, default_cache_dir
+from ddbench.testbed.target import DRAFTER_DIR, default_cache_dir
 from ddtree_core.policy import AutoBudget, auto_budgets
 from ddtree_core.reference.cost import measure_verify_cost
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate

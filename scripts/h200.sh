@@ -24,7 +24,7 @@
 #   grid        tokens/s grid: one server per budget (verify width = budget + 1), plain and held trees, 1..32 in flight
 #   nooverlap   greedy parity with --disable-overlap-schedule (the scheduler's synchronous path), budgets 15 and 64
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
-#   chisq       ddbench.sampled: DDTree b15 and b63 sample their first two tokens as the target-only server does
+#   chisq       ddbench.check.sampled: DDTree b15 and b63 sample their first two tokens as the target-only server does
 #               (chi-square, 2,000 draws per prompt, T = 1 and T = 0.7 / top-p 0.9), and a planted failure is caught
 #   kvleak      scripts/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
 #   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64, eager and
@@ -56,7 +56,7 @@
 #               `KERNEL_IMPLS=triton bash scripts/h200.sh serve kernels`; and torch, triton or SHARP_IMPLS
 #               on sharper, chain-like drafts: --logit-scale 12), the top-K and the tree-build launch sweeps (with
 #               their per-phase times, phases.csv)
-#   cost        python -m ddbench.cost_bench (random Qwen3-8B-shaped target, no SGLang)
+#   cost        ddbench model cost (random Qwen3-8B-shaped target, no SGLang)
 #   big         the testbed pair inflated to Llama-3.1-8B's shape (ddbench testbed inflate --preset llama3-8b, on the
 #               GPU), its bf16 check against the source, then configs/testbed8b-h200.toml (BIG_ARGS: extra flags)
 #   resident8b  the inflated pair on resident servers: AR, DFLASH and DDTree at verify widths 16, 64 and 256 started
@@ -68,14 +68,14 @@
 #               T = 1 instead (the same servers, 1 / 4 / 16 in flight, three passes), no control; RESIDENT_PLAN=c1: the
 #               three datasets greedy at 1 in flight only (MT-Bench first), three passes, no control, CUDA graphs
 #               for batch 1 only (a b255 server captures its graphs in ~10 s instead of ~90)
-#   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.synth's) from an AR
+#   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.testbed.synth's) from an AR
 #               server, a drafter per depth in LAYERS trained on them, each one's simulated acceptance
-#               (ddbench.accept) on greedy answers to the held-out prompts, beside the bundled drafter's
+#               (ddbench.model.accept) on greedy answers to the held-out prompts, beside the bundled drafter's
 #   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
 #               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
 #               tokens in the batch: a B x W-token verify reads the weights a (B x W)-token decode step reads
 #               (for the MoE, the experts its tokens route to), so these are the MoE's verify-cost curve;
-#               ddbench.cost_sglang turns each into a `ddbench cost` folder for `ddbench project`
+#               `ddbench model cost-sglang` turns each into a `ddbench model cost` folder for `ddbench model project`
 set -uo pipefail
 W=${DD_WORK:-/tmp/dd}  # the machine-local work folder (tests point it elsewhere)
 mkdir -p "$W"
@@ -133,7 +133,7 @@ serve)
   # The campaign spans device sessions: its committed cells are done, the sweep resumes after them.
   [ -d results/sglang/campaign-h200 ] && mkdir -p "$W/runs" && cp -r results/sglang/campaign-h200 "$W/runs/campaign"
   cd "$W/repo" && export PYTHONPATH=/tmp/site:$W/repo
-  python3 -m ddbench.testbed prepare --cache-dir "$W/cache" --gguf "$W/smol.gguf" 2>&1 | tee "$OUT/prepare.log"
+  python3 -m ddbench testbed prepare --cache-dir "$W/cache" --gguf "$W/smol.gguf" 2>&1 | tee "$OUT/prepare.log"
   sha256sum "$W/cache/SmolLM2-135M-Instruct/model.safetensors"
   shift
   queues "$@"
@@ -211,7 +211,7 @@ sweeps)
         sweep sampled --datasets gsm8k,humaneval --num-prompts 40 --budgets 15,64 --temperatures 1 \
           --concurrency 1,16 "${FAST[@]}" ;;
       chisq)  # lossless sampling where users run it: the first tokens' distribution of DDTree b15 / b63 against the
-        # target-only server's (ddbench.sampled, 2,000 draws per prompt), T = 1 and T = 0.7 with top-p 0.9, and
+        # target-only server's (ddbench.check.sampled, 2,000 draws per prompt), T = 1 and T = 0.7 with top-p 0.9, and
         # the planted failure (the DDTree side asked at T = 0.8) that the test must reject
         R=$W/runs/chisq && mkdir -p "$R" && nvidia-smi > "$R/nvidia-smi.txt"
         ar_port=$((PORT + 50))
@@ -220,11 +220,11 @@ sweeps)
           serve_algo "chisq-b$budget" "$PORT" DDTREE "$budget" || { echo "chisq b$budget: no server" >> "$W/done"; continue; }
           for case in "1.0 1.0" "0.7 0.9"; do
             read -r temp top_p <<< "$case"
-            python3 -m ddbench.sampled --ar "http://127.0.0.1:$ar_port" --spec "http://127.0.0.1:$PORT" --model "$T" \
+            python3 -m ddbench check sampled --ar "http://127.0.0.1:$ar_port" --spec "http://127.0.0.1:$PORT" --model "$T" \
               --samples 2000 --tokens 2 --temperature "$temp" --top-p "$top_p" --out "$R/b$budget-t$temp-p$top_p.json" \
               2>> "$R/verdicts.txt"
           done
-          python3 -m ddbench.sampled --ar "http://127.0.0.1:$ar_port" --spec "http://127.0.0.1:$PORT" --model "$T" \
+          python3 -m ddbench check sampled --ar "http://127.0.0.1:$ar_port" --spec "http://127.0.0.1:$PORT" --model "$T" \
             --samples 2000 --tokens 2 --temperature 1.0 --spec-temperature 0.8 --out "$R/b$budget-planted.json" \
             2>> "$R/verdicts.txt"
           stop_server
@@ -270,7 +270,7 @@ sweeps)
       tp2)  # SGLang refuses TP when the GPUs' free memory differs: wait for the other queues to finish
         until [ "$(cat "$W/done" 2> /dev/null | grep -c '^all-')" -ge $(($(cat "$W/queues") - 1)) ]; do sleep 10; done
         P=$W/cache/SmolLM2-135M-Instruct-heads12
-        python3 -m ddbench.testbed pad-heads "$T" "$P" --num-heads 12 --num-kv-heads 4
+        python3 -m ddbench testbed pad-heads "$T" "$P" --num-heads 12 --num-kv-heads 4
         MODEL=$P GPUS=0,1 sweep tp2 --tp 2 --datasets gsm8k --num-prompts 50 --budgets 15,64 \
           --concurrency 1,16 "${FAST[@]}"
         # the draft side folded at TP 2 (opt-in there: the head's vocab gather runs inside the draft graph)
@@ -313,24 +313,24 @@ sweeps)
           > "$W/runs/gpu_tests.log" 2>&1
         echo "gputests rc=$?" >> "$W/done" ;;
       kernels)
-        python3 -m ddbench.kernel_bench --out "$W/runs/kernels" --impls "${KERNEL_IMPLS:-reference,torch,triton}" \
+        python3 -m ddbench kernels bench --out "$W/runs/kernels" --impls "${KERNEL_IMPLS:-reference,torch,triton}" \
           --profile > "$W/runs/kernel_bench.log" 2>&1
-        python3 -m ddbench.kernel_bench --out "$W/runs/kernels-sharp" --impls "${SHARP_IMPLS:-torch,triton}" \
+        python3 -m ddbench kernels bench --out "$W/runs/kernels-sharp" --impls "${SHARP_IMPLS:-torch,triton}" \
           --logit-scale 12 > "$W/runs/kernel_bench-sharp.log" 2>&1
         # the radix top-K's super-groups (none, and group / super-group pairs around the defaults) and the
         # selection's phase stamps; the scan, group, warps, block, digit, read-back and register caps were
         # tuned before (results/kernels/h200-*)
-        python3 -m ddbench.topk_tune --out "$W/runs/topk" --vocabs 152064 --tiles "" --chunks "" --warps "" \
+        python3 -m ddbench kernels tune topk --out "$W/runs/topk" --vocabs 152064 --tiles "" --chunks "" --warps "" \
           --groups "" --select-warps "" --blocks "" --log-bins "" --gathers "" --registers "" \
           --launch "super_group=1;group=32,super_group=8;group=16,super_group=4;super_group=16" \
           > "$W/runs/topk_tune.log" 2>&1
         # the build's default, counted ranks, the depth limits and the phase stamps (the other launch keys were tuned
         # before: build_tune's defaults sweep them)
-        python3 -m ddbench.build_tune --out "$W/runs/build" --warps "" --hist-bins "" --log-bins "" --qch "" \
+        python3 -m ddbench kernels tune build --out "$W/runs/build" --warps "" --hist-bins "" --log-bins "" --qch "" \
           --chunk "" > "$W/runs/build_tune.log" 2>&1
         echo "kernels rc=$?" >> "$W/done" ;;
       cost)
-        python3 -m ddbench.cost_bench --out "$W/runs/cost" --reps 5 --warmup 2 \
+        python3 -m ddbench model cost --out "$W/runs/cost" --reps 5 --warmup 2 \
           --nodes 0,15,16,31,32,63,64,127,128,255,511,1024 > "$W/runs/cost.log" 2>&1
         echo "cost rc=$?" >> "$W/done" ;;
       cost-sglang)
@@ -342,7 +342,7 @@ sweeps)
             --attention-backend triton --cuda-graph-max-bs 512 --mem-fraction-static 0.85 --max-running-requests 4096 \
             --result-filename "$W/runs/cost-sglang/$model.jsonl" > "$W/runs/cost-sglang/$model.log" 2>&1
           echo "cost-sglang $model rc=$?" >> "$W/done"
-          python3 -m ddbench.cost_sglang "$W/runs/cost-sglang/$model.jsonl" --preset "$model" \
+          python3 -m ddbench model cost-sglang "$W/runs/cost-sglang/$model.jsonl" --preset "$model" \
             --device "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
             --out "$W/runs/cost-sglang/$model" >> "$W/runs/cost-sglang/$model.log" 2>&1
         done ;;
@@ -388,7 +388,7 @@ sweeps)
           [ "$port" -le 12200 ] && urls=$urls,ddtree=http://127.0.0.1:$port
         done
         nvidia-smi > "$R/logs/nvidia-smi-resident.txt"
-        for port in 12000 12100 12200 12300 12400; do  # what each says of itself (ddbench.remote reads these)
+        for port in 12000 12100 12200 12300 12400; do  # what each says of itself (ddbench.harness.remote reads these)
           for path in model_info server_info; do
             python3 -c "import httpx; print(httpx.get('http://127.0.0.1:$port/$path').text)" > "$R/logs/$path-$port.json"
           done
@@ -428,34 +428,34 @@ sweeps)
         resweep three-c1 "${three[@]}" --concurrency 1 --num-prompts 32
         resweep three-load "${three[@]}" --concurrency 16
         while read -r name pid; do kill -- -"$pid" 2> /dev/null; done < "$R/pids" ;;
-      drafter)  # testbed drafters: the target's answers from an AR server (ddbench.distill, DISTILL_S seconds at
+      drafter)  # testbed drafters: the target's answers from an AR server (ddbench.testbed.distill, DISTILL_S seconds at
         # most), a drafter per depth in LAYERS (default 2) trained one after the other (TRAIN_S seconds each), then
         # the acceptance of each and of the bundled drafter on greedy answers to the held-out prompts
-        # (ddbench.accept, one thread: side by side they starve training); `get` fetches a drafter's weights.
+        # (ddbench.model.accept, one thread: side by side they starve training); `get` fetches a drafter's weights.
         # INIT=bundled (or a folder) continues training from that drafter; SEED picks another sample of the
         # prompts when the distillation is cut short
         D=$W/distill R=$W/runs/drafter && mkdir -p "$D" "$R" && nvidia-smi > "$R/nvidia-smi.txt"
-        python3 -m ddbench.testbed train-prompts "$D/prompts.jsonl" --data-dir "$W/data" \
+        python3 -m ddbench testbed train-prompts "$D/prompts.jsonl" --data-dir "$W/data" \
           --synthetic "${SYNTH:-math=8000,code=1400,chat=6000}" > "$R/prompts.txt" 2>&1
         sha256sum "$D/prompts.jsonl" >> "$R/prompts.txt"
         url=http://127.0.0.1:$PORT
         serve_algo drafter-ar "$PORT" AR 0 --mem-fraction-static 0.5 --cuda-graph-max-bs 512 \
           --max-running-requests 1024 || { echo "drafter: no server" >> "$W/done"; continue; }
-        python3 -m ddbench.distill eval "$R/eval.jsonl" --url "$url" --model "$T" --data-dir "$W/data" > "$R/distill.log" 2>&1
-        timeout "${DISTILL_S:-300}" python3 -m ddbench.distill train "$D/prompts.jsonl" "$D/answers.jsonl" --url "$url" \
+        python3 -m ddbench testbed distill eval "$R/eval.jsonl" --url "$url" --model "$T" --data-dir "$W/data" > "$R/distill.log" 2>&1
+        timeout "${DISTILL_S:-300}" python3 -m ddbench testbed distill train "$D/prompts.jsonl" "$D/answers.jsonl" --url "$url" \
           --model "$T" --temperatures "${TEMPERATURES:-0,0.7,1.0}" --batch 64 --concurrency 8 --seed "${SEED:-0}" \
           >> "$R/distill.log" 2>&1
         stop_server
         wc -l "$D/answers.jsonl" >> "$R/distill.log"
         for layers in ${LAYERS:-2}; do
-          python3 -m ddbench.train --target "$T" --answers "$D/answers.jsonl" --out "$R/l$layers" \
+          python3 -m ddbench testbed train --target "$T" --answers "$D/answers.jsonl" --out "$R/l$layers" \
             --num-layers "$layers" --mask-token-id 16 --num-heads 8 --num-kv-heads 2 --head-dim 64 --intermediate-size 1536 \
             --num-target-features 4 --block-size 16 --batch-size "${BATCH:-128}" --blocks-per-seq 8 --lr "${LR:-1e-3}" \
             --warmup 200 --steps 100000 --max-seconds "${TRAIN_S:-420}" ${INIT:+--init "${INIT/#bundled/$DRAFT}"} \
             > "$R/l$layers.log" 2>&1
         done
         for drafter in "$DRAFT" "$R"/l[0-9]*/; do
-          OMP_NUM_THREADS=1 python3 -m ddbench.accept --target "$T" --draft "$drafter" --answers "$R/eval.jsonl" \
+          OMP_NUM_THREADS=1 python3 -m ddbench model accept --target "$T" --draft "$drafter" --answers "$R/eval.jsonl" \
             --budgets 15,63 --out "$R/accept-$(basename "$drafter").json" > "$R/accept-$(basename "$drafter").md" 2>&1
         done
         echo "drafter rc=0" >> "$W/done" ;;

@@ -10,7 +10,7 @@ prompt index, text), so two servers' greedy outputs can be compared. A warm-up b
 concurrency first compiles what the batch size needs. With --steps N > 0, --delay s into the first burst
 POST /start_profile records N scheduler steps with CPU and GPU activity and Python stacks; a trace that
 has not appeared 60 s after the burst is stopped with /stop_profile. Summaries: python -m
-ddbench.trace_summary; round times from the server's own log: scripts/log_rounds.py.
+ddbench.kernels.trace_summary; round times from the server's own log: scripts/log_rounds.py.
 """
 
 import argparse

@@ -1,9 +1,9 @@
-"""Simulated acceptance: the batched drafts (ddbench.accept) give the rounds of strength's per-position reference."""
+"""Simulated acceptance: the batched drafts (model.accept) give the rounds of strength's per-position reference."""
 
 import torch
 
-from ddbench.accept import block_topk, calibration_table, evaluate, rounds, table
-from ddbench.strength import greedy_rounds, trajectory
+from ddbench.model.accept import block_topk, calibration_table, evaluate, rounds, table
+from ddbench.model.strength import greedy_rounds, trajectory
 from tests.test_train import VOCAB, tiny_pair
 
 

@@ -5,7 +5,7 @@ import csv
 import pytest
 import torch
 
-from ddbench import build_tune
+from ddbench.kernels import build_tune
 
 
 def test_sweep_times_every_launch_and_checks_its_trees(tmp_path, monkeypatch):
@@ -78,7 +78,7 @@ def test_phases_on_cuda(tmp_path):
 
 def test_cells_time_the_kernel_benchmarks_drafts(tmp_path, monkeypatch):
     """The same tensors as kernel_bench's cell at the same seed, batch and vocabulary (kernel_bench.draft_logits)."""
-    from ddbench import kernel_bench
+    from ddbench.kernels import kernel_bench
 
     seen = []
     monkeypatch.setattr(build_tune, "LENGTH", 3)

@@ -1,4 +1,4 @@
-"""The verify cost benchmark (ddbench/cost_bench.py): its decoder's tree verify against incremental decoding,
+"""The verify cost benchmark (ddbench/model/cost_bench.py): its decoder's tree verify against incremental decoding,
 the tree mask, the floors, the knee rule and the smoke run's files. All on a CPU in float32."""
 
 import csv
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ddbench import cost_bench
+from ddbench.model import cost_bench
 
 COLUMNS = [
     "batch", "nodes", "width", "prefix", "time_ms", "body_ms", "measured_ms", "tokens_per_s", "weight_gb", "kv_gb",
@@ -206,7 +206,8 @@ def test_cli_cost_smoke(tmp_path):
 
     from ddbench.cli import app
 
-    result = CliRunner().invoke(app, ["cost", "--smoke", "--out", str(tmp_path), "--nodes", "0,2", "--reps", "1"])
+    args = ["model", "cost", "--smoke", "--out", str(tmp_path), "--nodes", "0,2", "--reps", "1"]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(open(tmp_path / "cells.csv")))
     assert [(row["batch"], row["width"]) for row in rows] == [("1", "1"), ("1", "3"), ("2", "1"), ("2", "3")]
@@ -215,4 +216,4 @@ def test_cli_cost_smoke(tmp_path):
     assert (tmp_path / "plots" / "cost.png").stat().st_size > 1000
     (tmp_path / "cells.csv").write_text("batch,width\n1,1\n")  # no timed cell: a clear error, exit 2
     broken = CliRunner().invoke(app, ["plot", str(tmp_path)])
-    assert broken.exit_code == 2 and "not a readable `ddbench cost` folder" in broken.output
+    assert broken.exit_code == 2 and "not a readable `ddbench model cost` folder" in broken.output

@@ -1,13 +1,16 @@
-"""ddbench.distill: answers from a /generate server, batched or one by one, resumable, held-out prompts refused."""
+"""testbed.distill: answers from a /generate server, batched or one by one, resumable, held-out prompts refused."""
 
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from typer.testing import CliRunner
 
-from ddbench import distill, heldout
+from ddbench import heldout
+from ddbench.cli import app
 from ddbench.datasets import load_all_prompts
+from ddbench.testbed import distill
 from tests.cli.conftest import byte_tokenizer
 
 
@@ -73,7 +76,8 @@ def test_the_command_sends_batch_prompts_per_request(server, model, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(5)))
     out = tmp_path / "a.jsonl"
-    distill.main(["train", str(prompts), str(out), "--url", server, "--model", model, "--batch", "2"])
+    args = ["testbed", "distill", "train", str(prompts), str(out), "--url", server, "--model", model, "--batch", "2"]
+    assert CliRunner().invoke(app, args).exit_code == 0
     sent = sorted(len(r["input_ids"]) if isinstance(r["input_ids"][0], list) else 1 for r in Echo.requests)
     assert sent == [1, 2, 2] and len(distill.read_rows(out)) == 5
 
@@ -85,8 +89,8 @@ def test_the_seed_orders_the_requests(server, model, tmp_path):
     for seed in ("0", "1", "0"):
         Echo.requests = []
         out = tmp_path / f"a{seed}-{len(orders)}.jsonl"
-        argv = ["train", str(prompts), str(out), "--url", server, "--model", model, "--batch", "1"]
-        distill.main([*argv, "--concurrency", "1", "--seed", seed])
+        argv = ["testbed", "distill", "train", str(prompts), str(out), "--url", server, "--model", model]
+        assert CliRunner().invoke(app, [*argv, "--batch", "1", "--concurrency", "1", "--seed", seed]).exit_code == 0
         orders.append([tuple(r["input_ids"]) for r in Echo.requests])
     assert orders[0] == orders[2] and orders[0] != orders[1] and sorted(orders[0]) == sorted(orders[1])
 
@@ -96,9 +100,10 @@ def test_train_refuses_held_out_prompts_and_eval_answers_them(server, model, tmp
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": "new"}) + "\n" + json.dumps({"prompt": held}) + "\n")
     out = tmp_path / "a.jsonl"
-    with pytest.raises(SystemExit) as stop:
-        distill.main(["train", str(prompts), str(out), "--url", server, "--model", model])
-    assert stop.value.code == 2 and not out.exists() and not Echo.requests
+    args = ["testbed", "distill", "train", str(prompts), str(out), "--url", server, "--model", model]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and not out.exists() and not Echo.requests
+    assert result.stderr.startswith("error: refusing to train on held-out evaluation prompts: 1 of gsm8k")
     rows = distill.eval_rows(data_dir)
     assert len(rows) == 128 + 64 + 40 + len(load_all_prompts(str(heldout.OOD_FILE)))
     assert all(heldout.held_out_dataset(row["prompt"]) for row in rows)

@@ -1,7 +1,7 @@
 """The environment stamp: the commit outside git, the DDTree settings in effect, the GPU record of a server."""
 
 from ddbench import env
-from ddbench.server import gpu_snapshot
+from ddbench.harness.server import gpu_snapshot
 
 
 def test_commit_outside_git_comes_from_the_environment(monkeypatch):

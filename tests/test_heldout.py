@@ -5,12 +5,17 @@ import random
 import shutil
 
 import pytest
+from typer.testing import CliRunner
 
-from ddbench import client, heldout, testbed, train
-from ddbench.cli import _machine_defaults
-from ddbench.config import build_config
+from ddbench import heldout
+from ddbench.cli import app
+from ddbench.config import SweepSettings
 from ddbench.datasets import DATASET_NAMES, Prompt, load_all_prompts, load_prompts, read_jsonl_prompts
+from ddbench.harness import client
+from ddbench.harness.cli import _machine_defaults
 from ddbench.heldout import EVAL_SIZES, HASHES_FILE, eval_prompts, is_held_out, text_hash, train_prompts
+from ddbench.testbed import target as testbed
+from ddbench.testbed import train
 
 REFUSAL = "refusing to train on held-out evaluation prompts: {} (see ddbench.heldout)\n"
 WARNING = "warning: {}: {} of {} prompts are not held out from the testbed drafter's training (ddbench.heldout)"
@@ -20,7 +25,7 @@ def bundled_sweep_prompts(data_dir, **settings) -> dict[str, list[Prompt]]:
     """What an SGLang sweep of the bundled drafter over the three datasets sends (the CLI's defaults)."""
     values = {"engine": "sglang", "gpus": "0", "model": "m", "draft": str(testbed.DRAFTER_DIR)}
     values.update(datasets=",".join(DATASET_NAMES), data_dir=str(data_dir), **settings)
-    return client.load_prompts(build_config(_machine_defaults(values), {}))
+    return client.load_prompts(_machine_defaults(SweepSettings(**values)).build())
 
 
 def test_hash_file_lists_the_first_prompts_of_the_seed0_shuffle(data_dir):
@@ -37,7 +42,8 @@ def test_ood_prompts_are_held_out_and_refused_by_training(data_dir, tmp_path):
     with pytest.raises(heldout.HeldOutError, match="1 of ood"):
         heldout.check_training_texts(["a new question", ood[3].turns[0]])
     rows = tmp_path / "train.jsonl"
-    testbed.main(["train-prompts", str(rows), "--data-dir", str(data_dir), "--synthetic", "math=50,code=20,chat=50"])
+    args = ["--data-dir", str(data_dir), "--synthetic", "math=50,code=20,chat=50"]
+    assert CliRunner().invoke(app, ["testbed", "train-prompts", str(rows), *args]).exit_code == 0
     written = [json.loads(line) for line in rows.read_text().splitlines()]
     assert sum(row["dataset"].startswith("synth-") for row in written) == 120
     assert not {text_hash(p.turns[0]) for p in ood} & {text_hash(row["prompt"]) for row in written}
@@ -69,7 +75,7 @@ def test_training_data_never_reaches_a_default_sweep_of_the_testbed_drafter(data
     """The training set as training reads it (testbed train-prompts, then train.load_prompt_texts) shares no
     text with what a default sweep of the bundled drafter sends, on any dataset; that sweep warns of nothing."""
     rows = tmp_path / "train.jsonl"
-    testbed.main(["train-prompts", str(rows), "--data-dir", str(data_dir)])
+    assert CliRunner().invoke(app, ["testbed", "train-prompts", str(rows), "--data-dir", str(data_dir)]).exit_code == 0
     trained = {text_hash(text) for text in train.load_prompt_texts(rows)}
     swept = bundled_sweep_prompts(data_dir)
     evaluated = {text_hash(turn) for prompts in swept.values() for prompt in prompts for turn in prompt.turns}
@@ -97,25 +103,21 @@ def test_testbed_drafter_is_known_by_its_weights(tmp_path):
     assert not testbed.is_testbed_drafter(copy) and not testbed.is_testbed_drafter("z-lab/Qwen3-8B-DFlash-b16")
 
 
-def test_drafter_training_refuses_held_out_prompts_and_writes_nothing(data_dir, tmp_path, capsys):
+def test_drafter_training_refuses_held_out_prompts_and_writes_nothing(data_dir, tmp_path):
     gsm8k, mt_bench = eval_prompts("gsm8k", data_dir=data_dir), eval_prompts("mt-bench", data_dir=data_dir)
     rows = [{"prompt": gsm8k[0].turns[0]}, {"prompt": "A new question."}, {"prompt": gsm8k[5].turns[0]}]
     rows.append({"turns": list(mt_bench[0].turns)})  # training reads a record's first turn
     prompts, out = tmp_path / "train.jsonl", tmp_path / "drafter"
     prompts.write_text("".join(json.dumps(row) + "\n" for row in rows))
     args = ["--target", str(tmp_path / "unused"), "--prompts", str(prompts), "--out", str(out), "--mask-token-id", "1"]
-    with pytest.raises(SystemExit) as exited:
-        train.main(args)
-    error = capsys.readouterr().err
-    assert exited.value.code == 2 and not out.exists()
-    assert error.endswith(": error: " + REFUSAL.format("2 of gsm8k, 1 of mt-bench")) and error.count("\n") == 1
+    result = CliRunner().invoke(app, ["testbed", "train", *args])
+    assert result.exit_code == 2 and not out.exists()
+    assert result.stderr == "error: " + REFUSAL.format("2 of gsm8k, 1 of mt-bench")
 
 
-def test_train_prompts_refuses_held_out_prompts_and_writes_nothing(data_dir, tmp_path, monkeypatch, capsys):
+def test_train_prompts_refuses_held_out_prompts_and_writes_nothing(data_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(heldout, "train_prompts", heldout.eval_prompts)  # a split that hands training its eval part
     out = tmp_path / "train.jsonl"
-    with pytest.raises(SystemExit) as exited:
-        testbed.main(["train-prompts", str(out), "--data-dir", str(data_dir)])
-    error = capsys.readouterr().err
-    assert exited.value.code == 2 and not out.exists()
-    assert error.endswith(REFUSAL.format("128 of gsm8k, 64 of humaneval, 80 of mt-bench")) and error.count("\n") == 1
+    result = CliRunner().invoke(app, ["testbed", "train-prompts", str(out), "--data-dir", str(data_dir)])
+    assert result.exit_code == 2 and not out.exists()
+    assert result.stderr == "error: " + REFUSAL.format("128 of gsm8k, 64 of humaneval, 80 of mt-bench")

@@ -11,9 +11,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ddbench import inflate, testbed
 from ddbench.cli import app
-from ddbench.inflate import (
+from ddbench.testbed import inflate
+from ddbench.testbed import target as testbed
+from ddbench.testbed.inflate import (
     INFLATION_FILE,
     PRESETS,
     InflationError,
@@ -23,7 +24,7 @@ from ddbench.inflate import (
     inflate_target,
     read_inflation,
 )
-from ddbench.inflate_check import check_prompts, compare_targets
+from ddbench.testbed.inflate_check import check_prompts, compare_targets
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
 from ddtree_core.settings import TreeSettings
@@ -284,7 +285,7 @@ def test_cli(tmp_path):
 @pytest.fixture(scope="module")
 def testbed_target():
     """The real SmolLM2-135M-Instruct folder (from the cache, else converted from its PyPI GGUF)."""
-    from ddbench import testbed
+    from ddbench.testbed import target as testbed
 
     try:
         return testbed.prepare_target()

@@ -544,7 +544,7 @@ def test_kernel_bench_smoke(tmp_path):
     import csv
     import json
 
-    from ddbench import kernel_bench
+    from ddbench.kernels import kernel_bench
 
     config = kernel_bench.smoke_config(DEVICE, seed=0)
     results = kernel_bench.run(config, tmp_path, echo=lambda line: None)
@@ -574,7 +574,7 @@ def test_kernel_bench_smoke(tmp_path):
 def test_kernel_bench_profile_names_every_kernel_of_the_triton_round(tmp_path):
     import csv
 
-    from ddbench import kernel_bench
+    from ddbench.kernels import kernel_bench
 
     config = dataclasses.replace(kernel_bench.smoke_config(DEVICE, seed=0), impls=("triton",), profile=True)
     kernel_bench.run(config, tmp_path, echo=lambda line: None)

@@ -233,7 +233,7 @@ def test_tile_candidates_by_default_for_large_k_and_few_emit_programs():
 
 
 def test_default_emit_is_the_launch_of_draft_topk_and_the_benchmark_reports_its_settled_share():
-    from ddbench.kernel_bench import settled_share
+    from ddbench.kernels.kernel_bench import settled_share
 
     logits = radix_logits("bf16", (1, 4, 3000), torch.Generator().manual_seed(9)).to(DEVICE)
     assert topk_radix.default_emit(logits, 127) == 0 and settled_share(logits, 127) is None
@@ -369,9 +369,9 @@ def test_captures_in_a_cuda_graph_without_syncs():
 
 
 def test_group_maxima_is_the_scan_of_draft_topk():
-    """Kernel 1 alone (ddbench.topk_tune's split of the time): each group's largest key, in group order,
+    """Kernel 1 alone (ddbench.kernels.topk_tune's split of the time): each group's largest key, in group order,
     the last group partial (203 = 25 x 8 + 3)."""
-    from ddbench.topk_tune import group_max_keys
+    from ddbench.kernels.topk_tune import group_max_keys
 
     logits = make_logits("bf16", (2, 3, 203), torch.Generator().manual_seed(6)).to(DEVICE)
     keys = topk_radix.group_maxima(logits, 5, 1.0)

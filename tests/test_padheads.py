@@ -11,9 +11,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ddbench import testbed
 from ddbench.cli import app
-from ddbench.padheads import PADDING_FILE, HeadPadding, HeadPaddingError, pad_attention_heads, pad_attention_tensor
+from ddbench.testbed.padheads import (
+    PADDING_FILE,
+    HeadPadding,
+    HeadPaddingError,
+    pad_attention_heads,
+    pad_attention_tensor,
+)
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
 from ddtree_core.settings import TreeSettings
@@ -179,19 +184,19 @@ def test_impossible_padding_is_refused(tmp_path, num_heads, num_kv_heads):
     assert not (tmp_path / "dst").exists()
 
 
-def test_cli_pad_heads(tmp_path, capsys):
+def test_cli_pad_heads(tmp_path):
     _source(tmp_path / "src")
-    result = CliRunner().invoke(app, ["testbed", "pad-heads", str(tmp_path / "src"), str(tmp_path / "a")])
+
+    def pad(dst, *args):
+        return CliRunner().invoke(app, ["testbed", "pad-heads", str(tmp_path / "src"), str(tmp_path / dst), *args])
+
+    result = pad("a")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == str((tmp_path / "a").resolve())
-    result = CliRunner().invoke(
-        app, ["testbed", "pad-heads", str(tmp_path / "src"), str(tmp_path / "b"), "--num-kv-heads", "5"]
-    )
+    result = pad("b", "--num-kv-heads", "5")
     assert result.exit_code == 2
     assert "error: cannot pad 9 query / 3 KV heads to 12 / 5" in result.stderr
-    testbed.main(["pad-heads", str(tmp_path / "src"), str(tmp_path / "c"), "--num-heads", "18", "--num-kv-heads", "6"])
-    assert capsys.readouterr().out.strip() == str((tmp_path / "c").resolve())
+    result = pad("c", "--num-heads", "18", "--num-kv-heads", "6")
+    assert result.exit_code == 0 and result.stdout.strip() == str((tmp_path / "c").resolve())
     assert json.loads((tmp_path / "c" / "config.json").read_text())["num_attention_heads"] == 18
-    with pytest.raises(SystemExit) as exit_info:
-        testbed.main(["pad-heads", str(tmp_path / "src"), str(tmp_path / "d"), "--num-heads", "13"])
-    assert exit_info.value.code == 2
+    assert pad("d", "--num-heads", "13").exit_code == 2

@@ -1,12 +1,12 @@
-"""ddbench.plots: the drafter's views (tau histograms, per-depth acceptance) keep each setting's lowest
+"""ddbench.harness.plots: the drafter's views (tau histograms, per-depth acceptance) keep each setting's lowest
 concurrency, so a large sweep's panels stay readable; the depth-limit views appear for sweeps of --depths."""
 
 import dataclasses
 
 import matplotlib.pyplot as plt
 
-from ddbench import plots
-from ddbench.report import CellSummary
+from ddbench.harness import plots
+from ddbench.harness.report import CellSummary
 
 
 def summary(method, budget, concurrency, temperature=0.0, max_depth=None, held=False, tau=None):

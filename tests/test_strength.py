@@ -1,10 +1,10 @@
-"""ddbench.strength: the round simulation on hand-made drafts (no models)."""
+"""ddbench.model.strength: the round simulation on hand-made drafts (no models)."""
 
 import math
 
 import torch
 
-from ddbench import strength
+from ddbench.model import strength
 
 
 def test_round_matches_follows_the_truth_through_the_tree():

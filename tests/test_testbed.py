@@ -6,8 +6,8 @@ import zipfile
 import pytest
 from rich.console import Console
 
-from ddbench import testbed
-from ddbench.testbed import (
+from ddbench.testbed import target as testbed
+from ddbench.testbed.target import (
     GGUF_MEMBER,
     GGUF_SHA256,
     HUB_REPO_ID,

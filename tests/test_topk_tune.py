@@ -5,7 +5,7 @@ import csv
 import pytest
 import typer
 
-from ddbench import kernel_bench, topk_tune
+from ddbench.kernels import kernel_bench, topk_tune
 from ddtree_core.kernels import topk_radix
 
 

@@ -1,4 +1,4 @@
-"""The profiler-trace summary (ddbench/trace_summary.py): rounds, host functions, launches, host syncs and
+"""The profiler-trace summary (ddbench/kernels/trace_summary.py): rounds, host functions, launches, host syncs and
 their callers, GPU busy time on hand-built event lists with known answers, and a real CPU profiler trace."""
 
 import gzip
@@ -9,7 +9,7 @@ import torch
 import typer
 from typer.testing import CliRunner
 
-from ddbench import trace_summary
+from ddbench.kernels import trace_summary
 
 HOST, GPU = (7, 7), (0, 3)  # (pid, tid) of the scheduler thread and of a CUDA stream
 

@@ -2,8 +2,8 @@
 
 import torch
 
-from ddbench import train
-from ddbench.train import TrainConfig, block_inputs, fit, make_batch
+from ddbench.testbed import train
+from ddbench.testbed.train import TrainConfig, block_inputs, fit, make_batch
 from ddtree_core.reference.dflash import DFlashDraftModel
 from ddtree_core.reference.loading import random_target
 

@@ -1,4 +1,4 @@
-"""ddbench diverge: first divergences from AR and the target's logit gap there (near-tie or not)."""
+"""ddbench check diverge: first divergences from AR and the target's logit gap there (near-tie or not)."""
 
 import csv
 import dataclasses
@@ -9,9 +9,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ddbench import diverge
+from ddbench.check import diverge
 from ddbench.cli import app
-from ddbench.results import RequestRecord
+from ddbench.harness.results import RequestRecord
 from ddtree_core import metrics
 
 runner = CliRunner()
@@ -51,7 +51,7 @@ def test_analyse_reports_the_gap_at_the_first_divergence():
 
 def test_pending_skips_identical_outputs_and_later_turns_whose_history_differs():
     from ddbench.config import Cell
-    from ddbench.results import CellResult
+    from ddbench.harness.results import CellResult
 
     def result(method, records):
         cell = Cell(dataset="d", method=method, budget=None, max_depth=None, draft_temperature=None,
@@ -78,7 +78,7 @@ def swept_small(tiny_pair, prompt_file, tmp_path_factory):
 
 
 def test_a_run_at_parity_has_no_divergence(swept_small, tiny_pair):
-    result = runner.invoke(app, ["diverge", str(swept_small), "--model", str(tiny_pair[0])])
+    result = runner.invoke(app, ["check", "diverge", str(swept_small), "--model", str(tiny_pair[0])])
     assert result.exit_code == 0, result.output
     assert "0 divergences, 0 not near-ties" in result.output
     assert (swept_small / "divergences.md").exists()
@@ -101,7 +101,7 @@ def test_a_wrong_token_is_not_a_near_tie(swept_small, tiny_pair, tmp_path):
     victim["output_ids"] = victim["output_ids"][:3] + [worst] + victim["output_ids"][4:]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
-    result = runner.invoke(app, ["diverge", str(broken), "--model", str(tiny_pair[0])])
+    result = runner.invoke(app, ["check", "diverge", str(broken), "--model", str(tiny_pair[0])])
     assert result.exit_code == 1, result.output
     assert "1 divergences, 1 not near-ties" in result.output
     with open(broken / "divergences.csv") as stream:
@@ -111,7 +111,9 @@ def test_a_wrong_token_is_not_a_near_tie(swept_small, tiny_pair, tmp_path):
     assert row["preferred"] == "ar"
     gap = f"{abs(float(row['gap'])):.3f}"
     assert f"| ddtree | 1 | {gap} | {gap} | 1 / 0 / 0 |" in (broken / "divergences.md").read_text()
-    lenient = runner.invoke(app, ["diverge", str(broken), "--model", str(tiny_pair[0]), "--tie-threshold", "1e9"])
+    lenient = runner.invoke(
+        app, ["check", "diverge", str(broken), "--model", str(tiny_pair[0]), "--tie-threshold", "1e9"]
+    )
     assert lenient.exit_code == 0, lenient.output
 
 
@@ -143,7 +145,7 @@ def test_a_later_turn_is_rebuilt_from_its_own_cells_answers(swept_small, tiny_pa
     victim["output_ids"] = victim["output_ids"][:1] + [(victim["output_ids"][1] + 1) % 100]
     path.write_text("".join(json.dumps(r) + "\n" for r in ddtree))
 
-    result = runner.invoke(app, ["diverge", str(run), "--model", str(tiny_pair[0]), "--tie-threshold", "1e9"])
+    result = runner.invoke(app, ["check", "diverge", str(run), "--model", str(tiny_pair[0]), "--tie-threshold", "1e9"])
     assert result.exit_code == 0, result.output
     with open(run / "divergences.csv") as stream:
         rows = [row for row in csv.DictReader(stream) if row["turn"] == "1"]
@@ -151,6 +153,6 @@ def test_a_later_turn_is_rebuilt_from_its_own_cells_answers(swept_small, tiny_pa
 
 
 def test_missing_model_exits_2(swept_small, tmp_path):
-    result = runner.invoke(app, ["diverge", str(swept_small), "--model", str(tmp_path / "nope")])
+    result = runner.invoke(app, ["check", "diverge", str(swept_small), "--model", str(tmp_path / "nope")])
     assert result.exit_code == 2
     assert "not found" in result.output

@@ -1,4 +1,4 @@
-"""ddbench project: verify cost curves of one GPU scaled to another by roofline floors, combined with acceptance.
+"""ddbench model project: verify cost curves of one GPU scaled to another by roofline floors, combined with acceptance.
 
 The literal cost folder below has the tiny preset's shapes (2 layers) and these times (ms, on the H200):
 
@@ -17,11 +17,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from ddbench import cost_bench, kernel_bench
-from ddbench import project as projection
 from ddbench.cli import app
 from ddbench.config import Cell, DDBenchError
-from ddbench.results import RequestRecord, RunFolder, write_json
+from ddbench.harness.results import RequestRecord, RunFolder, write_json
+from ddbench.kernels import kernel_bench
+from ddbench.model import cost_bench
+from ddbench.model import project as projection
 
 runner = CliRunner()
 TINY = cost_bench.PRESETS["tiny"]
@@ -65,8 +66,8 @@ def invoke(tmp_path, *args, acceptance=ACCEPTANCE):
     cost = write_cost(tmp_path / "cost")
     accept = write_acceptance(tmp_path / "acceptance.json", acceptance)
     out = tmp_path / "out"
-    result = runner.invoke(app, ["project", "--cost", str(cost), "--acceptance", str(accept), "--out", str(out),
-                                 "--draft-layers", "1", *HALF_H200, *args])  # fmt: skip
+    result = runner.invoke(app, ["model", "project", "--cost", str(cost), "--acceptance", str(accept), "--out",
+                                 str(out), "--draft-layers", "1", *HALF_H200, *args])  # fmt: skip
     return result, out
 
 
@@ -223,7 +224,7 @@ def test_acceptance_measured_in_a_results_folder(tmp_path):
     assert table.ddtree == {"gsm8k": {31: 4.0, 63: 6.0}} and table.origin == "measured"
     assert "concurrency 1 (lowest of 1, 4)" in table.source
     cost = write_cost(tmp_path / "cost")
-    args = ["project", "--cost", str(cost), "--acceptance-from", str(results), "--out", str(tmp_path / "out"),
+    args = ["model", "project", "--cost", str(cost), "--acceptance-from", str(results), "--out", str(tmp_path / "out"),
             "--draft-layers", "1", *HALF_H200]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -254,8 +255,9 @@ def test_cost_bench_smoke_output_projects(tmp_path):
     config = cost_bench.smoke_config("cpu", 0)
     cost_bench.run(config, tmp_path / "cost", echo=lambda line: None)
     table = {"source": "t", "datasets": {"gsm8k": {"dflash": 2.5, "ddtree": {"3": 3.0, "5": 3.5}}}}
-    args = ["project", "--cost", str(tmp_path / "cost"), "--acceptance", str(write_acceptance(tmp_path / "a.json",
-            table)), "--out", str(tmp_path / "out"), "--block", "4", "--draft-layers", "1"]  # fmt: skip
+    args = ["model", "project", "--cost", str(tmp_path / "cost"), "--acceptance",
+            str(write_acceptance(tmp_path / "a.json", table)), "--out", str(tmp_path / "out"), "--block", "4",
+            "--draft-layers", "1"]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = read_rows(tmp_path / "out")
@@ -307,7 +309,7 @@ def _break_csv(tmp_path):
         (None, ["--draft-layers", "0"], "--draft-layers must be >= 1"),
         (lambda p: write_kernels(p / "kernels"), ["--kernels", "kernels", "--kernel-impl", "cuda"],
          "no timed cuda round"),
-        (None, ["--kernels", "."], "no cells.csv (not a `ddbench kernels` output folder)"),
+        (None, ["--kernels", "."], "no cells.csv (not a `ddbench kernels bench` output folder)"),
         (None, ["--ddtree-gain-from", "."], "is not a ddbench results folder"),
         (None, ["--overhead-ms", "ar=fast"], "--overhead-ms wants METHOD=MS"),
         (None, ["--overhead-ms", "eagle=1"], "--overhead-ms takes ms >= 0 for ar, dflash, ddtree"),
@@ -326,7 +328,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, setup, args, mes
     base = {"--cost": "cost", "--acceptance": "acceptance.json", "--out": "out"}
     given = dict(zip(args[::2], args[1::2]))
     argv = [item for key, value in {**base, **given}.items() for item in (key, value)]
-    result = runner.invoke(app, ["project", *argv])
+    result = runner.invoke(app, ["model", "project", *argv])
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
     assert message in result.stderr
@@ -343,7 +345,7 @@ def test_moe_shape_reads_the_experts_its_tokens_reach():
 
 
 def test_sglang_decode_steps_become_a_cost_run_that_projects(tmp_path):
-    from ddbench import cost_sglang
+    from ddbench.model import cost_sglang
 
     steps = {n: 1.0 + 0.01 * n for n in (1, 4, 16, 32, 64, 128, 256, 512, 1024)}  # seconds x 1e-3 below
     lines = [{"run_name": "x", "batch_size": n, "input_len": 32, "output_len": 8, "median_decode_latency": ms / 1e3}
@@ -360,8 +362,9 @@ def test_sglang_decode_steps_become_a_cost_run_that_projects(tmp_path):
     run = projection.load_cost(tmp_path / "cost")
     assert run.shape.experts == 128 and run.preset == "qwen3-coder-30b-a3b" and len(run.cells) == len(rows)
     table = {"source": "t", "datasets": {"humaneval": {"dflash": 5.0, "ddtree": {"15": 5.5, "63": 7.0}}}}
-    args = ["project", "--cost", str(tmp_path / "cost"), "--acceptance", str(write_acceptance(tmp_path / "a.json",
-            table)), "--out", str(tmp_path / "out"), "--block", "16", "--draft-layers", "1"]  # fmt: skip
+    args = ["model", "project", "--cost", str(tmp_path / "cost"), "--acceptance",
+            str(write_acceptance(tmp_path / "a.json", table)), "--out", str(tmp_path / "out"), "--block", "16",
+            "--draft-layers", "1"]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert {m for _, _, m, _ in read_rows(tmp_path / "out")} == {"ar", "dflash", "ddtree"}

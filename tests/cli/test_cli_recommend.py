@@ -1,4 +1,4 @@
-"""ddbench recommend: the best method and DDTree setting per temperature and concurrency, and how to serve it."""
+"""ddbench model recommend: the best method and DDTree setting per temperature and concurrency, and how to serve it."""
 
 import dataclasses
 import json
@@ -8,11 +8,11 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from ddbench import recommend as advice
 from ddbench.cli import app
 from ddbench.config import Cell, DDBenchError
-from ddbench.report import CellSummary
-from ddbench.results import RequestRecord, RunFolder, write_json
+from ddbench.harness.report import CellSummary
+from ddbench.harness.results import RequestRecord, RunFolder, write_json
+from ddbench.model import recommend as advice
 
 runner = CliRunner()
 B32, B128 = advice.Setting("ddtree", 32, None, 1.0), advice.Setting("ddtree", 128, None, 1.0)
@@ -326,7 +326,7 @@ def _record(cell: Cell, index: int, output_ids) -> RequestRecord:
 
 def test_command_prints_tables_server_and_bands_and_writes_json(tmp_path):
     results = write_folder(tmp_path / "run", low_parity_budget=128)
-    result = runner.invoke(app, ["recommend", str(results), "--json", str(tmp_path / "rec.json")])
+    result = runner.invoke(app, ["model", "recommend", str(results), "--json", str(tmp_path / "rec.json")])
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "temperature 0: best tokens_per_s (gsm8k, humaneval)" in out
@@ -363,7 +363,7 @@ def test_command_prints_tables_server_and_bands_and_writes_json(tmp_path):
 )  # fmt: skip
 def test_command_applies_a_held_chain_server_wide_or_per_request(tmp_path, held_tps, server, bands):
     results = write_folder(tmp_path / "run", {**GRID, ("ddtree", 32, True): held_tps})
-    result = runner.invoke(app, ["recommend", str(results)])
+    result = runner.invoke(app, ["model", "recommend", str(results)])
     assert result.exit_code == 0, result.output
     assert "DDTree b32+chain" in result.stdout and server in result.stdout
     assert all(f"temperature 0, {band}" in result.stdout for band in bands)
@@ -371,19 +371,21 @@ def test_command_applies_a_held_chain_server_wide_or_per_request(tmp_path, held_
 
 def test_command_parity_floor_and_dataset_filter(tmp_path):
     results = write_folder(tmp_path / "run", low_parity_budget=128)
-    result = runner.invoke(app, ["recommend", str(results), "--min-parity", "0.9", "--json", str(tmp_path / "r.json")])
+    args = ["model", "recommend", str(results), "--min-parity", "0.9", "--json", str(tmp_path / "r.json")]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "DDTree b128 refused: parity 0.50 on gsm8k < 0.9" in result.stdout
     document = json.loads((tmp_path / "r.json").read_text())
     assert {c["chosen"]["budget"] for c in document["choices"]} == {32}
     assert document["server"]["env"] == {"SGLANG_DDTREE_BUDGET": "32"}
-    alone = runner.invoke(app, ["recommend", str(results), "--dataset", "humaneval", "--min-parity", "0.9"])
+    alone = runner.invoke(app, ["model", "recommend", str(results), "--dataset", "humaneval", "--min-parity", "0.9"])
     assert alone.exit_code == 0 and "refused:" not in alone.stdout and "SGLANG_DDTREE_BUDGET=128" in alone.stdout
 
 
 def test_command_recommends_dflash_when_it_beats_every_ddtree_setting(tmp_path):
     grid = {**GRID, ("dflash", None): {1: 230.0, 4: 600.0, 16: 1400.0}}
-    result = runner.invoke(app, ["recommend", str(write_folder(tmp_path / "run", grid)), "--metric", "speedup_vs_ar"])
+    folder = write_folder(tmp_path / "run", grid)
+    result = runner.invoke(app, ["model", "recommend", str(folder), "--metric", "speedup_vs_ar"])
     assert result.exit_code == 0, result.output
     assert "DDTree is not recommended at any measured load" in result.stdout
     assert "DFLASH: python -m sglang.launch_server" in result.stdout and "ddtree_core" not in result.stdout
@@ -406,6 +408,6 @@ def test_command_bad_input_exits_2_with_one_line(tmp_path, folder, args, message
         "grid": lambda: write_folder(tmp_path / "run"),
         "baselines": lambda: write_folder(tmp_path / "run", baselines),
     }[folder]()
-    result = runner.invoke(app, ["recommend", str(target), *args])
+    result = runner.invoke(app, ["model", "recommend", str(target), *args])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1 and message in result.stderr

@@ -1,4 +1,4 @@
-"""ddbench.replay: the reference engine recomputes an engine's greedy rounds on the engine's own text."""
+"""ddbench.check.replay: the reference engine recomputes an engine's greedy rounds on the engine's own text."""
 
 import gzip
 import json
@@ -6,7 +6,7 @@ import shutil
 
 from typer.testing import CliRunner
 
-from ddbench import replay
+from ddbench.check import replay
 from ddbench.cli import app
 
 runner = CliRunner()
@@ -26,7 +26,7 @@ def test_the_reference_engine_replays_its_own_rounds_exactly(swept, tiny_pair):
 
 
 def test_bad_budgets_exit_2(swept, tiny_pair):
-    result = runner.invoke(app, ["replay", str(swept), "--model", str(tiny_pair[0]), "--budgets", "8,x"])
+    result = runner.invoke(app, ["check", "replay", str(swept), "--model", str(tiny_pair[0]), "--budgets", "8,x"])
     assert result.exit_code == 2 and "--budgets takes integers" in result.stderr
 
 
@@ -40,7 +40,7 @@ def test_a_cell_with_other_rounds_fails_and_says_which(swept, tiny_pair, tmp_pat
     with gzip.open(path.with_name(path.name + ".gz"), "wt") as stream:  # read either way
         stream.write(path.read_text())
     path.unlink()
-    result = runner.invoke(app, ["replay", str(out), "--model", str(tiny_pair[0])])
+    result = runner.invoke(app, ["check", "replay", str(out), "--model", str(tiny_pair[0])])
     assert result.exit_code == 1, result.output
     lines = (out / "replay.md").read_text().splitlines()
     bad = [line for line in lines if "ddtree-b8" in line]
@@ -49,7 +49,7 @@ def test_a_cell_with_other_rounds_fails_and_says_which(swept, tiny_pair, tmp_pat
 
 
 def test_not_a_results_folder_exits_2(tmp_path, tiny_pair):
-    result = runner.invoke(app, ["replay", str(tmp_path), "--model", str(tiny_pair[0])])
+    result = runner.invoke(app, ["check", "replay", str(tmp_path), "--model", str(tiny_pair[0])])
     assert (
         result.exit_code == 2
         and result.stderr.startswith("error: ")

@@ -52,8 +52,8 @@ def test_sweep_writes_every_cell(swept):
 def test_cells_say_whether_their_prompts_were_held_out(tiny_pair, prompt_file, data_dir, tmp_path, monkeypatch):
     """A dataset of held-out prompts is flagged True in summary.csv and the manifest, one of other prompts
     False; with the testbed drafter (the tiny one stands in) the latter warns once on stderr."""
-    from ddbench import testbed
     from ddbench.heldout import eval_prompts
+    from ddbench.testbed import target as testbed
 
     monkeypatch.setattr(testbed, "DRAFTER_DIR", tiny_pair[1])
     held = tmp_path / "held.jsonl"
@@ -265,7 +265,7 @@ def test_bad_budgets_exit_2_with_one_line_naming_the_flag(tiny_pair, prompt_file
 def test_budget_auto_on_sglang_exits_2_before_anything(tiny_pair, prompt_file, tmp_path, monkeypatch):
     """The SGLang plugin does not serve ddtree_budget auto: refused up front, whatever the GPUs (SGLang
     counted as installed, so the missing-extra check does not answer first)."""
-    monkeypatch.setattr("ddbench.cli.env.sglang_available", lambda: True)
+    monkeypatch.setattr("ddbench.env.sglang_available", lambda: True)
     args = sweep_args(tiny_pair, prompt_file, tmp_path / "run", "--budgets", "auto,8")
     args[args.index("reference")] = "sglang"
     result = runner.invoke(app, [*args, "--gpus", "0"])
@@ -306,7 +306,7 @@ def test_budget_auto_cell_on_the_reference_engine(swept, tiny_pair, prompt_file,
     assert "5 of 5 matched cells within tolerance" in itself.output
     against = runner.invoke(app, ["compare", "--baseline", str(swept), str(out), "--no-speed"])
     assert against.exit_code == 0 and "4 of 4 matched cells within tolerance" in against.output
-    advice = runner.invoke(app, ["recommend", str(out)])
+    advice = runner.invoke(app, ["model", "recommend", str(out)])
     assert advice.exit_code == 0, advice.output
     plots = runner.invoke(app, ["plot", str(out), "--out", str(tmp_path / "plots")])
     assert plots.exit_code == 0, plots.output
@@ -387,7 +387,7 @@ def test_server_dying_during_a_cell_costs_that_cell_only(tiny_pair, prompt_file,
     import signal
 
     from ddbench.config import build_config
-    from ddbench.runner import run_sweep
+    from ddbench.harness.runner import run_sweep
 
     out = tmp_path / "run"
     values = dict(engine="reference", model=str(tiny_pair[0]), draft=str(tiny_pair[1]), datasets=str(prompt_file))
@@ -447,7 +447,7 @@ def test_serve_runs_one_server_until_interrupted(tiny_pair, tmp_path):
     import subprocess
     import sys
 
-    from ddbench.server import free_port
+    from ddbench.harness.server import free_port
 
     port, log = free_port(), tmp_path / "serve.log"
     target, draft = tiny_pair
@@ -471,7 +471,7 @@ def test_serve_runs_one_server_until_interrupted(tiny_pair, tmp_path):
 
 def test_free_port_leaves_room_for_sglang_derived_ports():
     """SGLang refuses --port above 55535 (its gRPC port is --port + 10000)."""
-    from ddbench.server import PORT_RANGE, free_port
+    from ddbench.harness.server import PORT_RANGE, free_port
 
     ports = {free_port() for _ in range(50)}
     assert all(PORT_RANGE[0] <= port < PORT_RANGE[1] for port in ports)
@@ -481,7 +481,7 @@ def test_free_port_leaves_room_for_sglang_derived_ports():
 def test_server_ports_stay_below_the_ephemeral_ports():
     """A checked-free port inside the ephemeral range can be taken by an outgoing connection before the
     server binds it (seen as 'Address already in use' with two reference servers side by side)."""
-    from ddbench.server import PORT_RANGE
+    from ddbench.harness.server import PORT_RANGE
 
     ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
     ephemeral = int(ranges.read_text().split()[0]) if ranges.exists() else 32768
@@ -526,7 +526,7 @@ def test_piped_progress_prints_a_line_per_finished_cell():
 
     from rich.console import Console
 
-    from ddbench.progress import RichProgress
+    from ddbench.harness.progress import RichProgress
 
     stream = io.StringIO()
     with RichProgress(Console(file=stream, width=200)) as progress:

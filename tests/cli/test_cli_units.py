@@ -15,12 +15,22 @@ import httpx
 import pytest
 import torch
 
-from ddbench import client, compare, report
-from ddbench.baseline import offline_cells_from_pt
-from ddbench.config import CONFIG_DIR, Cell, DDBenchError, build_config, expand_cells, parse_gpus, read_config_file
-from ddbench.results import CellResult, RequestRecord, RunFolder, prompt_hash
-from ddbench.runner import plan_jobs, plan_slots, plan_sweep, server_spec
-from ddbench.server import Server, ServerError, ServerSpec
+from ddbench.config import (
+    CONFIG_DIR,
+    Cell,
+    DDBenchError,
+    SweepConfig,
+    SweepSettings,
+    build_config,
+    expand_cells,
+    parse_gpus,
+    read_config_file,
+)
+from ddbench.harness import client, compare, report
+from ddbench.harness.baseline import offline_cells_from_pt
+from ddbench.harness.results import CellResult, RequestRecord, RunFolder, prompt_hash
+from ddbench.harness.runner import plan_jobs, plan_slots, plan_sweep, server_spec
+from ddbench.harness.server import Server, ServerError, ServerSpec
 from ddtree_core.settings import BUDGET_AUTO, TreeSettings
 
 MODELS = {"model": "m", "draft": "d"}
@@ -156,11 +166,56 @@ def test_shipped_configs_build(name):
         values["url"] = "http://127.0.0.1:1"
     config = build_config(values, {})
     assert config.name == name and expand_cells(config)
+    assert SweepSettings(**values).build() == config
 
 
 def test_missing_config_names_the_known_ones():
     with pytest.raises(DDBenchError, match="no sweep config 'nope' .*cpu-smoke"):
         read_config_file("nope")
+    with pytest.raises(DDBenchError, match="no sweep config 'nope' .*cpu-smoke"):
+        SweepSettings.from_file("nope")
+
+
+def test_sweep_settings_have_the_fields_of_the_sweep_config():
+    assert [f.name for f in dataclasses.fields(SweepSettings)] == [f.name for f in dataclasses.fields(SweepConfig)]
+
+
+def test_sweep_settings_build_the_config_the_dicts_built(tmp_path):
+    """`ddbench sweep`'s typed path (a TOML file, flags over it) gives the SweepConfig build_config gives for the
+    file's table and the flags as dicts, and fails with the same one-line errors."""
+    path = tmp_path / "mine.toml"
+    path.write_text('[sweep]\nengine = "reference"\nmodel = "m"\ndraft = "d"\nbudgets = [4, "auto", 8]\n'
+                    'datasets = ["gsm8k", "humaneval"]\nnum_prompts = 2\nhold_chain = [0, 1]\n'
+                    'repeats = 2\n')  # fmt: skip
+    flags = {"budgets": "16,auto", "temperatures": "0,0.7", "concurrency": "1,4", "max_new_tokens": 32,
+             "out": str(tmp_path / "out"), "server_args": ["--x", "1"], "num_prompts": None}  # fmt: skip
+    typed = SweepSettings(**flags).over(SweepSettings.from_file(str(path))).build()
+    assert typed == build_config(read_config_file(str(path)), flags)
+    assert (typed.name, typed.budgets, typed.num_prompts) == ("mine", (16, "auto"), 2)
+    assert typed.hold_chain == (False, True)
+    assert typed.temperatures == (0.0, 0.7) and typed.repeats == 2 and typed.out == str(tmp_path / "out")
+    for bad in ({"budgets": "abc"}, {"depths": "0"}, {"engine": "vllm"}, {"hold_chain": "2"}):
+        with pytest.raises(DDBenchError) as from_dicts:
+            build_config(read_config_file(str(path)), bad)
+        with pytest.raises(DDBenchError) as typed_error:
+            SweepSettings(**bad).over(SweepSettings.from_file(str(path))).build()
+        assert str(typed_error.value) == str(from_dicts.value)
+
+
+def test_an_unknown_setting_in_a_config_file_is_one_line_and_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from ddbench.cli import app
+
+    path = tmp_path / "bad.toml"
+    path.write_text("[sweep]\nbudgets = [4]\nbogus = 1\nother = 2\n")
+    with pytest.raises(DDBenchError, match=r"^unknown sweep setting\(s\): bogus, other$"):
+        build_config(read_config_file(str(path)), {})
+    with pytest.raises(DDBenchError, match=r"^unknown sweep setting\(s\): bogus, other$"):
+        SweepSettings.from_file(str(path))
+    result = CliRunner().invoke(app, ["sweep", "--config", str(path), "--engine", "reference", "--dry-run"])
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == "error: unknown sweep setting(s): bogus, other\n"
 
 
 # --- planning --------------------------------------------------------------------------------------
@@ -467,7 +522,7 @@ def test_zlab_offline_printout():
 
 
 def test_zlab_json_without_hold_chain_reads_as_unheld(tmp_path):
-    from ddbench.baseline import read_zlab_json
+    from ddbench.harness.baseline import read_zlab_json
 
     response = {"prompt_index": 0, "turn": 0, "prompt_hash": "h", "output_ids": [1, 2], "acceptance_lengths": [2],
                 "time_per_output_token": 0.01}  # fmt: skip
@@ -739,20 +794,20 @@ def test_run_folder_reports_pending_and_failed_cells(tmp_path):
 # --- thin wrappers ---------------------------------------------------------------------------------
 
 
-def test_kernels_passes_its_arguments_through():
+def test_kernels_bench_shows_the_benchmarks_options():
     from typer.testing import CliRunner
 
     from ddbench.cli import app
 
-    result = CliRunner().invoke(app, ["kernels", "--help"])
+    result = CliRunner().invoke(app, ["kernels", "bench", "--help"])
     assert result.exit_code == 0 and "--smoke" in result.output and "--budgets" in result.output
 
 
 def test_testbed_prepare_prints_the_cached_folder(tmp_path):
     from typer.testing import CliRunner
 
-    from ddbench import testbed
     from ddbench.cli import app
+    from ddbench.testbed import target as testbed
 
     folder = tmp_path / testbed.TARGET_NAME
     folder.mkdir()
@@ -770,7 +825,8 @@ def test_the_sglang_engine_without_sglang_is_one_line_naming_the_extra(command, 
     """Before any server starts (a dry run too), and whether or not this machine has SGLang or a GPU."""
     from typer.testing import CliRunner
 
-    from ddbench import cli, server
+    from ddbench import cli
+    from ddbench.harness import server
 
     monkeypatch.setitem(sys.modules, "sglang", None)  # importlib.util.find_spec("sglang") is None
     monkeypatch.setattr(server, "Server", lambda *a, **k: pytest.fail("started a server"))
@@ -784,8 +840,8 @@ def test_the_sglang_engine_without_sglang_is_one_line_naming_the_extra(command, 
 def test_testbed_prepare_without_gguf_is_one_line_naming_the_extra(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from ddbench import testbed
     from ddbench.cli import app
+    from ddbench.testbed import target as testbed
 
     monkeypatch.setitem(sys.modules, "gguf", None)  # importlib.util.find_spec("gguf") is None
     monkeypatch.setattr(testbed, "download_gguf", lambda *a, **k: pytest.fail("downloaded without gguf"))
@@ -803,7 +859,7 @@ def test_testbed_prepare_without_gguf_is_one_line_naming_the_extra(tmp_path, mon
 def test_read_jsonl_reads_a_gzipped_archive_and_names_a_missing_file(tmp_path):
     import gzip
 
-    from ddbench.results import read_jsonl, write_jsonl
+    from ddbench.harness.results import read_jsonl, write_jsonl
 
     rows = [{"a": 1}, {"b": [2, 3]}]
     write_jsonl(tmp_path / "plain.jsonl", rows)

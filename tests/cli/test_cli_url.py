@@ -1,5 +1,5 @@
 """ddbench sweep --url: sweeps against reference servers that run in this process, started outside ddbench, and
-the detection of what a server is (ddbench.remote) on recorded server answers (tests/data/server_info.json)."""
+the detection of what a server is (ddbench.harness.remote) on recorded server answers (tests/data/server_info.json)."""
 
 import contextlib
 import json
@@ -14,10 +14,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from ddbench import client, remote
 from ddbench.cli import app
 from ddbench.config import Cell, DDBenchError, ServerURL, build_config, parse_urls, read_config_file
-from ddbench.fleet import Fleet
+from ddbench.harness import client, remote
+from ddbench.harness.fleet import Fleet
 from ddtree_core.reference.decode import SpecConfig
 from ddtree_core.reference.server import load_engine, make_server
 from ddtree_core.settings import TreeSettings
@@ -141,7 +141,8 @@ def test_report_plot_compare_and_diverge_read_a_url_run(url_swept, swept, tmp_pa
     assert plots.exit_code == 0 and len(list((tmp_path / "plots").glob("*.png"))) == 6
     compared = runner.invoke(app, ["compare", "--baseline", str(swept), str(url_swept), "--no-speed"])
     assert compared.exit_code == 0 and "4 of 4 matched cells within tolerance" in compared.output
-    diverged = runner.invoke(app, ["diverge", str(url_swept), "--out", str(tmp_path)])  # the model: the manifest's
+    # the model: the manifest's
+    diverged = runner.invoke(app, ["check", "diverge", str(url_swept), "--out", str(tmp_path)])
     assert diverged.exit_code == 0, diverged.output
     assert "0 divergences" in diverged.output
 
@@ -240,7 +241,7 @@ def test_budget_auto_on_running_sglang_servers_exits_2_before_any_cell(monkeypat
         remote.describe(f"http://n{i}:1", ANSWERS[name]["model_info"], ANSWERS[name]["server_info"])
         for i, name in enumerate(("sglang-ar", "sglang-dflash", "sglang-ddtree"))
     ]
-    monkeypatch.setattr("ddbench.fleet.probe", lambda url, key: described[int(url.url[8])])
+    monkeypatch.setattr("ddbench.harness.fleet.probe", lambda url, key: described[int(url.url[8])])
     out = tmp_path / "run"
     args = ["sweep", "--url", "http://n0:1,http://n1:1,http://n2:1", "--datasets", str(prompt_file), "--out", str(out)]
     result = runner.invoke(app, [*args, "--budgets", "auto,16"])
@@ -296,7 +297,7 @@ def test_a_server_without_an_sglang_generate_is_refused():
 def test_a_server_dying_mid_sweep_costs_its_cells_and_a_rerun_resumes(tiny_pair, prompt_file, tmp_path):
     """The DDTREE server stops as its first cell starts: both DDTree cells fail, AR and DFLASH finish; a rerun
     against a new DDTREE server at another URL runs the two that failed."""
-    from ddbench.runner import run_sweep
+    from ddbench.harness.runner import run_sweep
 
     ar, dflash, tree = (Running(tiny_pair, method, api_key=None) for method in ("ar", "dflash", "ddtree"))
     out = tmp_path / "run"
@@ -402,7 +403,7 @@ def test_describe_refuses_what_it_cannot_sweep():
 def test_fleet_refuses_servers_of_different_models(monkeypatch):
     answers = [ANSWERS["sglang-ar"], ANSWERS["sglang-dflash"]]
     described = [remote.describe(f"http://n{i}:1", a["model_info"], a["server_info"]) for i, a in enumerate(answers)]
-    monkeypatch.setattr("ddbench.fleet.probe", lambda url, key: described[int(url.url[8])])
+    monkeypatch.setattr("ddbench.harness.fleet.probe", lambda url, key: described[int(url.url[8])])
     urls = parse_urls("http://n0:1,http://n1:1")
     assert Fleet.connect(urls, None).model == "Qwen/Qwen3-8B"
     described[1] = remote.describe("http://n1:1", {"model_path": "Qwen/Qwen3-4B"}, answers[1]["server_info"])

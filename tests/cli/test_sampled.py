@@ -1,4 +1,4 @@
-"""ddbench.sampled: the chi-square test accepts a lossless server's samples and rejects a planted failure."""
+"""ddbench.check.sampled: the chi-square test accepts a lossless server's samples and rejects a planted failure."""
 
 import random
 from collections import Counter
@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 from transformers import AutoTokenizer
 
-from ddbench.sampled import chi_square, compare
+from ddbench.check.sampled import chi_square, compare
 from tests.cli.test_cli_url import Running
 
 
