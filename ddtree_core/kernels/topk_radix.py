@@ -547,9 +547,9 @@ def draft_topk(
     They change only the speed (defaults, None: `_plan`). Outputs are [..., K]. No host sync; CUDA-graph
     capturable.
     clock: an int64 CUDA tensor [rows, SELECT_SLOTS] that receives kernel 2's phase stamps, one
-    row per logits row (`select_phase_times` reads them; ddbench.topk_tune's phases.csv).
+    row per logits row (`select_phase_times` reads them; `ddbench kernels tune topk`'s phases.csv).
     settled: an int32 tensor [rows] on the logits' device that receives, with emit, 1 for each row the tiles'
-    candidates settled and 0 for each the groups did (ddbench.topk_tune's `settled` column).
+    candidates settled and 0 for each the groups did (`ddbench kernels tune topk`'s `settled` column).
     """
     *lead, vocab = logits.shape
     check_k(k, vocab)
@@ -667,7 +667,8 @@ def _emit_need(k: int, tiles: int, tile_groups: int) -> int:
 
 def group_maxima(logits: torch.Tensor, k: int, draft_temperature: float) -> torch.Tensor:
     """Kernel 1 alone, launched as `draft_topk` launches it: each group's largest key [rows, ceil(V / G)]
-    (int32, topk_lists.py's order key). ddbench.topk_tune times it to split a call's time between the two kernels."""
+    (int32, topk_lists.py's order key). `ddbench kernels tune topk` times it to split a call's time between the
+    two kernels."""
     vocab = logits.shape[-1]
     check_k(k, vocab)
     rows, log_probs, token_ids = rows_and_outputs(logits, k)

@@ -197,7 +197,7 @@ def build_tree_from_topk(
     hold_chain: a bool, or a BoolTensor [B] on the top-K's device.
     launch: overrides of `_launch_config` (the speed only; LAUNCH_KEYS names them).
     clock: an int64 CUDA tensor [B, clock_slots(max_depth)] that receives each program's phase stamps
-    (ddbench.build_tune's phases.csv; `phase_times` reads them).
+    (`ddbench kernels tune build`'s phases.csv; `phase_times` reads them).
     paths: an int32 tensor [B] on the top-K's device that receives 1 where the build by deviations (TAILS) made the
     tree, 0 where the level build did.
     Needs log-probs <= 0 sorted best first per depth (draft_topk's output). No host sync.
