@@ -2,6 +2,7 @@
 with a perfect proposer, sampled outputs follow the target's distribution, stops and records."""
 
 import collections
+import copy
 import dataclasses
 import functools
 import math
@@ -417,3 +418,30 @@ def test_measure_verify_cost_times_every_width(models):
     assert cost.tokens == (1, 2, 5) and all(ms > 0 for ms in cost.ms)
     with pytest.raises(ValueError, match="need widths >= 1"):
         measure_verify_cost(target, (0,))
+
+
+def test_a_cost_table_is_used_only_for_the_target_it_was_measured_for(models, tmp_path):
+    """load_cost_table: the table back where the identity matches and it reaches the widest verify; else None and
+    one line naming the field (threads, dtype), the width, or the unreadable file."""
+    from ddtree_core.reference.cost import cost_identity, load_cost_table
+
+    target = models[0]
+    path = tmp_path / "cost.json"
+    CostTable((1, 5, 9), (2.0, 3.0, 4.0)).to_json(path, **cost_identity(target), context=4)
+    table, why = load_cost_table(path, target, (1, 5, 9))
+    assert why is None and table.tokens == (1, 5, 9) and table.ms == (2.0, 3.0, 4.0)
+    assert load_cost_table(path, target, (1, 17))[1] == f"{path} reaches 9 tokens, the widest verify here is 17"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)
+    try:
+        why = load_cost_table(path, target, (1, 5))[1]
+    finally:
+        torch.set_num_threads(threads)
+    assert why == f"{path} was measured for threads {threads}, this process has {threads + 1}"
+    half = copy.deepcopy(target).bfloat16()  # the fixture's target stays float32
+    assert "measured for dtype float32, this process has bfloat16" in load_cost_table(path, half, (1,))[1]
+    for content in ("not json", '{"tokens": [1], "ms": [0]}'):
+        path.write_text(content)
+        why = load_cost_table(path, target, (1,))[1]
+        assert why.startswith(f"{path} is not a cost table (") and "\n" not in why
+    assert "is not a cost table (FileNotFoundError" in load_cost_table(tmp_path / "none.json", target, (1,))[1]

@@ -1,6 +1,7 @@
 """`ddbench model`: what speed to expect, and where. Verify cost curves of a GPU (`cost`, `cost-sglang`),
-tokens/s projected to another GPU (`project`), acceptance simulated for stronger drafters (`strength`) or a
-new drafter (`accept`), and the best setting of a results folder (`recommend`)."""
+tokens/s projected to another GPU (`project`), the reference target's verify cost for budget=auto
+(`calibrate`), acceptance simulated for stronger drafters (`strength`) or a new drafter (`accept`), and the best
+setting of a results folder (`recommend`)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ TOOLS = {
     "strength": Tool(
         "ddbench.model.strength:main",
         "Simulated DFlash and DDTree acceptance as the drafter gets stronger (see ddbench/model/strength.py).",
+    ),
+    "calibrate": Tool(
+        "ddbench.model.calibrate:main",
+        "Measure the target's verify cost against tokens once and write it for budget=auto (--cost-table).",
     ),
     "accept": Tool(
         "ddbench.model.accept:main",

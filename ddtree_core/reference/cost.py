@@ -8,14 +8,26 @@ after a few tokens (a float32 target on a few CPU cores) small trees win; where 
 
 Example: `measure_verify_cost(target, (1, 2, 5, 9))` -> CostTable(tokens=(1, 2, 5, 9), ms=(...)): one median
 per width, in the order of `tokens`, ready for `AutoBudget(cost, budgets=(1, 4, 8))`.
+
+A table measured once (`ddbench model calibrate`) is saved with `cost_identity(target)`, what the cost depends on:
+the target's shape (not its weights), dtype, device and, on a CPU, torch's thread count. `load_cost_table(path,
+target, widths)` gives it back only where that identity is the running target's and the table reaches the widest
+verify; otherwise None and one line saying why, and the server measures its own (never a crash):
+
+    >>> table, why = load_cost_table("cost.json", target, (1, 5, 9, 17))
+    >>> why
+    'cost.json was measured for threads 4, this process has 2'
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import statistics
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import DynamicCache
@@ -64,3 +76,42 @@ def measure_verify_cost(
         for width in widths:
             samples[width].append(forward_ms(width))
     return CostTable(tuple(widths), tuple(round(statistics.median(samples[w]), 3) for w in widths))
+
+
+IDENTITY_FIELDS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+IDENTITY_FIELDS += ("num_key_value_heads", "vocab_size", "dtype", "device", "threads")
+
+
+def cost_identity(target: torch.nn.Module) -> dict[str, Any]:
+    """What `target`'s verify cost depends on: its config's shape, its dtype, the device (the GPU's name, or
+    "cpu") and on a CPU torch's thread count (None on a GPU)."""
+    config, weight = target.config, target.get_input_embeddings().weight
+    shape = {field: getattr(config, field, None) for field in IDENTITY_FIELDS[:6]}
+    on_gpu = weight.device.type == "cuda"
+    return {
+        **shape,
+        "vocab_size": int(weight.shape[0]),
+        "dtype": str(weight.dtype).removeprefix("torch."),
+        "device": torch.cuda.get_device_name(weight.device) if on_gpu else weight.device.type,
+        "threads": None if on_gpu else torch.get_num_threads(),
+    }
+
+
+def load_cost_table(
+    path: str | Path, target: torch.nn.Module, widths: Sequence[int]
+) -> tuple[CostTable | None, str | None]:
+    """(the table in `path`, None) where it was measured for this target (`cost_identity` equal in every field)
+    and reaches max(widths); else (None, one line saying why: unreadable, another identity, too narrow)."""
+    try:
+        data = json.loads(Path(path).read_text())
+        table = CostTable(tuple(int(t) for t in data["tokens"]), tuple(float(m) for m in data["ms"]))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return None, f"{path} is not a cost table ({type(error).__name__}: {first})"
+    ours = cost_identity(target)
+    for field in IDENTITY_FIELDS:
+        if data.get(field) != ours[field]:
+            return None, f"{path} was measured for {field} {data.get(field)}, this process has {ours[field]}"
+    if table.tokens[-1] < max(widths):
+        return None, f"{path} reaches {table.tokens[-1]} tokens, the widest verify here is {max(widths)}"
+    return table, None

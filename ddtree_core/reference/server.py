@@ -498,18 +498,29 @@ def load_engine(
     dtype: str = "auto",
     device: str = "auto",
     draft_dtype: str = "auto",
+    cost_table: str | None = None,
 ) -> ReferenceEngine:
-    """The engine a server of `spec` runs over the model folders (or hub ids) `model` and `draft`."""
+    """The engine a server of `spec` runs over the model folders (or hub ids) `model` and `draft`; a DDTree
+    engine prices budget=auto with `cost_table` (`ddbench model calibrate`) where it fits this target, else
+    with a verify cost measured here (and a warning saying why the table did not fit)."""
     from ddtree_core.reference import loading
 
     models = loading.load_models(model, draft, dtype=dtype, device=device, draft_dtype=draft_dtype)
     auto = None
     if spec.method == "ddtree" and spec.tree.budget >= 1:  # budget=auto's verify cost, measured here (seconds)
-        from ddtree_core.reference.cost import measure_verify_cost
+        from ddtree_core.reference.cost import load_cost_table, measure_verify_cost
 
         budgets = auto_budgets(spec.tree.budget)
-        cost = measure_verify_cost(models.target, (1,) + tuple(b + 1 for b in budgets))
-        logger.info("budget=auto weighs budgets %s; verify ms at %s tokens: %s", budgets, cost.tokens, cost.ms)
+        widths = (1,) + tuple(b + 1 for b in budgets)
+        cost, why = load_cost_table(cost_table, models.target, widths) if cost_table else (None, None)
+        if why is not None:
+            logger.warning("budget=auto: %s; measuring the verify cost here instead", why)
+        source = f"from {cost_table}" if cost is not None else "measured here"
+        if cost is None:
+            cost = measure_verify_cost(models.target, widths)
+        logger.info(
+            "budget=auto weighs budgets %s; verify ms at %s tokens (%s): %s", budgets, cost.tokens, source, cost.ms
+        )
         auto = AutoBudget(cost, budgets)
     return ReferenceEngine(
         models.target,
@@ -533,7 +544,13 @@ def main(argv: list[str] | None = None) -> None:
 
         pdl.configure(pdl.from_environ(os.environ))
     engine = load_engine(
-        args.model, args.draft, spec, dtype=args.dtype, device=args.device, draft_dtype=args.draft_dtype
+        args.model,
+        args.draft,
+        spec,
+        dtype=args.dtype,
+        device=args.device,
+        draft_dtype=args.draft_dtype,
+        cost_table=args.cost_table,
     )
     server = make_server(engine, args.host, args.port, args.api_key)
     logger.info("reference server (%s) listening on http://%s:%d", args.method, args.host, server.server_address[1])
@@ -573,6 +590,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=("reference", "torch", "triton"),
         help="tree build, mask and walk: torch (default: equal to the host-heap reference bit for bit, and several"
         " times faster per round), reference (the oracle), or triton (GPU)",
+    )
+    parser.add_argument(
+        "--cost-table",
+        help="verify cost JSON of `ddbench model calibrate` for budget=auto (default: measured at startup); one"
+        " measured for another target shape, dtype, device or thread count is ignored with a warning",
     )
     parser.add_argument("--api-key", help="every route but /health wants Authorization: Bearer API_KEY")
     return parser

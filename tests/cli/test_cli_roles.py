@@ -13,7 +13,7 @@ from ddbench.cli import ALIASES, app
 ROLES = {
     "": {"sweep", "report", "plot", "compare", "baseline", "serve", "check", "model", "kernels", "testbed"},
     "check": {"diverge", "replay", "sampled"},
-    "model": {"cost", "cost-sglang", "project", "strength", "recommend", "accept"},
+    "model": {"cost", "cost-sglang", "project", "strength", "recommend", "accept", "calibrate"},
     "kernels": {"bench", "tune", "trace"},
     "kernels tune": {"topk", "build"},
     "testbed": {"prepare", "pad-heads", "inflate", "train-prompts", "distill", "train"},
