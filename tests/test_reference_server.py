@@ -18,7 +18,7 @@ from ddtree_core import metrics
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
 from ddtree_core.reference.dflash import DFlashDraftModel
 from ddtree_core.reference.loading import random_target
-from ddtree_core.reference.server import ENGINE_KEYS, MainThreadWork, ReferenceEngine, serving
+from ddtree_core.reference.server import ENGINE_KEYS, ReferenceEngine, serving
 from ddtree_core.settings import TreeSettings
 
 VOCAB = 8
@@ -382,30 +382,3 @@ def test_command_line_server(parts, tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
-
-
-def test_main_thread_work_runs_each_job_on_the_serving_thread_and_passes_errors_back():
-    """MainThreadWork: a request thread's work runs on the thread in serve() (where the models' OpenMP team
-    lives), its result or exception comes back to the caller, and stop() ends serve()."""
-    work = MainThreadWork()
-    seen = []
-
-    def request(value):
-        try:
-            seen.append(work.run(lambda: (threading.get_ident(), 1 // value)))
-        except ZeroDivisionError as error:
-            seen.append(error)
-
-    callers = [threading.Thread(target=request, args=(v,)) for v in (1, 0)]
-    for caller in callers:
-        caller.start()
-
-    def stop_when_done():
-        for caller in callers:
-            caller.join()
-        work.stop()
-
-    threading.Thread(target=stop_when_done).start()
-    work.serve()  # here, on this thread
-    results = [s for s in seen if isinstance(s, tuple)]
-    assert results == [(threading.get_ident(), 1)] and sum(isinstance(s, ZeroDivisionError) for s in seen) == 1

@@ -37,12 +37,10 @@ import importlib.metadata
 import json
 import logging
 import os
-import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -132,7 +130,6 @@ class ReferenceEngine:
         self.vocab_size = target.get_input_embeddings().weight.shape[0]
         self.auto = auto  # budget=auto's state (custom_params.ddtree_budget "auto"), shared by the requests
         self._lock = threading.Lock()
-        self.run_on: Callable[[Callable[[], Any]], Any] = lambda work: work()  # main(): the main thread's
 
     def generate(self, body: Any) -> dict[str, Any]:
         """Serve one /generate body (raises RequestError for a bad one)."""
@@ -142,17 +139,15 @@ class ReferenceEngine:
             proposer = None
             if request.spec.method != "ar":
                 proposer = DFlashProposer(self.drafter, self.target, request.spec.block_size)
-            result = self.run_on(
-                lambda: generate(
-                    self.target,
-                    request.input_ids,
-                    request.sampling,
-                    request.spec,
-                    proposer=proposer,
-                    timing=True,
-                    stop_check=self._stop_check(request.stop),
-                    auto=self.auto if request.spec.tree.auto else None,
-                )
+            result = generate(
+                self.target,
+                request.input_ids,
+                request.sampling,
+                request.spec,
+                proposer=proposer,
+                timing=True,
+                stop_check=self._stop_check(request.stop),
+                auto=self.auto if request.spec.tree.auto else None,
             )
         return self._response(request, result, time.perf_counter() - received)
 
@@ -495,35 +490,6 @@ def serving(
         thread.join()
 
 
-class MainThreadWork:
-    """Runs the decode of every request on the thread that calls `serve` (the process's main thread, which
-    loaded the models), while request threads wait for it. PyTorch's CPU kernels parallelise with OpenMP from
-    the calling thread: from a request thread, a second thread team, a masked tree verify ran about 1.4x
-    slower on two cores than from the main thread (a causal one hardly changed).
-
-    Example: `work = MainThreadWork(); engine.run_on = work.run; <start the HTTP server in a thread>;
-    work.serve()` (returns when `stop()` is called)."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.Queue = queue.Queue()
-
-    def run(self, work: Callable[[], Any]) -> Any:
-        done: Future = Future()
-        self._jobs.put((work, done))
-        return done.result()
-
-    def serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            work, done = job
-            try:
-                done.set_result(work())
-            except BaseException as error:  # the request thread re-raises it (a 4xx/5xx), the server goes on
-                done.set_exception(error)
-
-    def stop(self) -> None:
-        self._jobs.put(None)
-
-
 def load_engine(
     model: str,
     draft: str | None,
@@ -588,15 +554,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     server = make_server(engine, args.host, args.port, args.api_key)
     logger.info("reference server (%s) listening on http://%s:%d", args.method, args.host, server.server_address[1])
-    work = MainThreadWork()
-    engine.run_on = work.run
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        work.serve()
+        server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
-        server.shutdown()
         server.server_close()
 
 
