@@ -68,7 +68,11 @@ class CostTable:
 
     @classmethod
     def from_json(cls, path: str | Path) -> CostTable:
-        data = json.loads(Path(path).read_text())
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CostTable:
+        """The table of a `to_json` document (its other keys, the `about` ones, are the caller's)."""
         return cls(tuple(int(t) for t in data["tokens"]), tuple(float(m) for m in data["ms"]))
 
 

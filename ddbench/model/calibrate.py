@@ -59,6 +59,7 @@ def main(
         raise fail(f"--model {model}: {error}") from error
     widths = (1,) + tuple(b + 1 for b in auto_budgets(budget))
     cost = measure_verify_cost(target, widths, context=context, repeats=repeats)
-    cost.to_json(out, **cost_identity(target), context=context, repeats=repeats)
+    identity = cost_identity(target)
+    cost.to_json(out, **identity, context=context, repeats=repeats)
     table = "  ".join(f"{t}: {ms:.2f}" for t, ms in zip(cost.tokens, cost.ms))
-    console().print(f"verify ms by tokens ({cost_identity(target)['device']}): {table}\nwrote {out}")
+    console().print(f"verify ms by tokens ({identity['device']}): {table}\nwrote {out}")

@@ -172,7 +172,18 @@ def train_command(
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(code=2) from None
     temperature_list = [float(t) for t in temperatures.split(",")]
-    _answer(rows, out, url, model, temperature_list, max_new_tokens, concurrency, batch, seed)
+    answer_all(
+        rows,
+        out,
+        url=url,
+        model=model,
+        temperatures=temperature_list,
+        max_new_tokens=max_new_tokens,
+        concurrency=concurrency,
+        batch=batch,
+        seed=seed,
+        log=_log,
+    )
 
 
 @app.command("eval")
@@ -188,29 +199,18 @@ def eval_command(
     batch: Batch = 64,
 ) -> None:
     """Answer the held-out prompts greedily: what `ddbench model accept` measures a drafter on."""
-    _answer(eval_rows(data_dir), out, url, model, [0.0], max_new_tokens, concurrency, batch)
-
-
-def _answer(
-    rows: list[dict[str, Any]],
-    out: Path,
-    url: str,
-    model: str,
-    temperatures: list[float],
-    max_new_tokens: int,
-    concurrency: int,
-    batch: int,
-    seed: int = 0,
-) -> None:
     answer_all(
-        rows,
+        eval_rows(data_dir),
         out,
         url=url,
         model=model,
-        temperatures=temperatures,
+        temperatures=[0.0],
         max_new_tokens=max_new_tokens,
         concurrency=concurrency,
         batch=batch,
-        seed=seed,
-        log=lambda line: print(line, file=sys.stderr, flush=True),
+        log=_log,
     )
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -104,7 +104,7 @@ def load_cost_table(
     and reaches max(widths); else (None, one line saying why: unreadable, another identity, too narrow)."""
     try:
         data = json.loads(Path(path).read_text())
-        table = CostTable(tuple(int(t) for t in data["tokens"]), tuple(float(m) for m in data["ms"]))
+        table = CostTable.from_dict(data)
     except (OSError, ValueError, KeyError, TypeError) as error:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         return None, f"{path} is not a cost table ({type(error).__name__}: {first})"

@@ -80,6 +80,8 @@ class ServerSettings:
             raise DDTreeConfigError(
                 f"{ENV_TOP_K} must be in 1..{self.tree.budget} (the budget), got {self.draft_top_k}"
             )
+        # fixed for the server's life and read every decode round (rounds.request_limits): built once
+        object.__setattr__(self, "_request_defaults", dataclasses.replace(self.tree, max_depth=self.tree_depth))
 
     @property
     def tree_depth(self) -> int:
@@ -119,7 +121,7 @@ class ServerSettings:
 
     def request_defaults(self) -> TreeSettings:
         """What a request without DDTree custom_params runs: the server's settings, at most tree_depth deep."""
-        return dataclasses.replace(self.tree, max_depth=self.tree_depth)
+        return self._request_defaults
 
     def request_settings(self, params: Mapping | None) -> TreeSettings:
         """A request's settings: its ddtree_* custom_params applied to the server's (checked by
