@@ -107,10 +107,10 @@ def test_init_of_another_shape_or_a_corrupt_file_is_one_line(tmp_path):
     _, saved = tiny_pair()
     saved.save_pretrained(tmp_path / "d")
     other = DFlashDraftModel.random(
-        hidden_size=HIDDEN, num_target_layers=LAYERS, num_hidden_layers=2, num_attention_heads=8,
+        hidden_size=HIDDEN, num_target_layers=LAYERS, num_hidden_layers=3, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=VOCAB, block_size=BLOCK, mask_token_id=VOCAB - 1, target_layer_ids=[1, 2],
     )  # fmt: skip
-    for path, words in ((tmp_path / "d", "differs from the one asked for in head_dim, num_attention_heads"),
+    for path, words in ((tmp_path / "d", "differs from the one asked for in num_hidden_layers"),
                         (tmp_path / "none", "does not load")):  # fmt: skip
         try:
             train.start_from(other, path)
@@ -124,38 +124,5 @@ def test_init_of_another_shape_or_a_corrupt_file_is_one_line(tmp_path):
         train.start_from(same, tmp_path / "d")
     except train.InitError as error:
         assert "does not load" in str(error) and "\n" not in str(error)
-    else:
-        raise AssertionError("no InitError")
-
-
-def grown(num_hidden_layers, intermediate_size, seed=5):
-    return DFlashDraftModel.random(
-        seed=seed, init_std=0.2, hidden_size=HIDDEN, num_target_layers=LAYERS, num_hidden_layers=num_hidden_layers,
-        num_attention_heads=4, num_key_value_heads=2, intermediate_size=intermediate_size, vocab_size=VOCAB,
-        block_size=BLOCK, mask_token_id=VOCAB - 1, target_layer_ids=[1, 2],
-    )  # fmt: skip
-
-
-def test_init_grows_a_drafter_into_more_layers_and_a_wider_mlp_computing_the_same(tmp_path):
-    source = grown(2, 48, seed=1)
-    source.save_pretrained(tmp_path / "d")
-    drafter = grown(4, 64)
-    train.start_from(drafter, tmp_path / "d")
-    generator = torch.Generator().manual_seed(0)
-    embeds = torch.randn(3, BLOCK, HIDDEN, generator=generator)
-    features = torch.randn(3, 5, 2 * HIDDEN, generator=generator)
-    expected = source(embeds, features, source.new_cache())
-    assert torch.allclose(drafter(embeds, features, drafter.new_cache()), expected, atol=1e-5, rtol=1e-5)
-    # the new units and layers are live: their inputs are random, only their outputs start at zero
-    new_mlp = drafter.layers[3].mlp
-    assert new_mlp.up_proj.weight.abs().sum() > 0 and new_mlp.down_proj.weight.abs().sum() == 0
-    assert drafter.layers[0].mlp.down_proj.weight[:, 48:].abs().sum() == 0
-    with torch.no_grad():  # and training moves them: a nudge to the zeros changes the output
-        drafter.layers[3].mlp.down_proj.weight.add_(0.1)
-    assert not torch.allclose(drafter(embeds, features, drafter.new_cache()), expected, atol=1e-3)
-    try:  # a larger source does not shrink
-        train.start_from(grown(1, 64), tmp_path / "d")
-    except train.InitError as error:
-        assert "num_hidden_layers (2 > 1)" in str(error) and "\n" not in str(error)
     else:
         raise AssertionError("no InitError")

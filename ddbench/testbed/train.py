@@ -311,43 +311,21 @@ class InitError(ValueError):
     """--init names no drafter this run can start from (one line)."""
 
 
-GROWABLE = ("num_hidden_layers", "intermediate_size")  # a smaller --init in these grows to the shape asked for
-
-
 def start_from(drafter: DFlashDraftModel, path: str | Path) -> None:
     """Copy the weights of the drafter folder `path` into `drafter` (continued training: the cosine restarts,
-    the data may be new). Its config must equal `drafter`'s in every field `drafter` has (the stored dtype
-    aside), except that it may have fewer layers or a narrower MLP (`GROWABLE`): then `drafter` grows from it
-    and computes the same function at the start. Its layers become the first ones; each extra layer keeps its
-    random attention and MLP inputs but gets zero output projections (o_proj, down_proj), so it adds exactly
-    zero to the residual; extra MLP units get zero down_proj columns. Training then moves those zeros (their
-    gradients are not zero: their inputs are). Anything else differing, a larger source, or a folder that
-    does not load raises InitError (one line).
-    Example: a 2-layer drafter trained for 480 s, then `--init` it for 480 s more, at 2 layers or at 4."""
+    the data may be new). Its config must equal `drafter`'s in every field `drafter` has (shape, target layers,
+    block size, mask token; the stored dtype aside), else InitError, as for a folder that does not load.
+    Example: a 2-layer drafter trained for 480 s, then `--init` it with fresh answers for 480 s more."""
     try:
         start = DFlashDraftModel.from_pretrained(path)
     except Exception as error:  # a missing folder, a truncated safetensors file, a config that is not JSON
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise InitError(f"--init {path}: does not load: {first}") from error
-    new, old = drafter.raw_config, start.raw_config
-    differ = sorted(k for k, v in new.items() if k not in ("dtype", *GROWABLE) and old.get(k) != v)
-    shrink = sorted(k for k in GROWABLE if int(old[k]) > int(new[k]))
-    if differ or shrink:
-        what = ", ".join(differ + [f"{k} ({old[k]} > {new[k]})" for k in shrink])
-        raise InitError(f"--init {path}: its drafter differs from the one asked for in {what}")
-    weights = drafter.state_dict()
+    differ = sorted(k for k, v in drafter.raw_config.items() if k != "dtype" and start.raw_config.get(k) != v)
+    if differ:
+        raise InitError(f"--init {path}: its drafter differs from the one asked for in {', '.join(differ)}")
     with torch.no_grad():
-        for name, source in start.state_dict().items():  # the source's tensors into the leading slices
-            weights[name][tuple(slice(0, size) for size in source.shape)].copy_(source.to(torch.float32))
-        units = int(old["intermediate_size"])
-        for index, layer in enumerate(drafter.layers):
-            if index >= int(old["num_hidden_layers"]):
-                for projection in (layer.self_attn.o_proj, layer.mlp.down_proj):
-                    projection.weight.zero_()
-                    if projection.bias is not None:
-                        projection.bias.zero_()
-            else:
-                layer.mlp.down_proj.weight[:, units:].zero_()
+        drafter.load_state_dict({name: t.to(torch.float32) for name, t in start.state_dict().items()})
 
 
 def main(
@@ -398,11 +376,7 @@ def main(
     ] = TrainConfig.max_seconds,
     device: Annotated[str, typer.Option(help="Device to train on.")] = TrainConfig.device,
     init: Annotated[
-        str | None,
-        typer.Option(
-            help="A drafter folder to continue training from: the same shape, or fewer layers / a narrower MLP, which"
-            " grow to --num-layers / --intermediate-size computing the same function (zero output projections)."
-        ),
+        str | None, typer.Option(help="A drafter folder of the same shape to continue training from.")
     ] = None,
 ) -> None:
     """Train a DFlash drafter for a target by self-distillation on the target's own continuations (see
