@@ -221,7 +221,8 @@ def test_sglang_hook_records_in_multiprocess_mode(tmp_path):
             }}
         )
         req = SimpleNamespace(
-            mamba_ping_pong_track_buffer=None,
+            mamba_ping_pong_track_buffer=None,  # 0.5.15; 0.5.23 keeps it in req.kv
+            kv=SimpleNamespace(mamba_ping_pong_track_buffer=None),
             customized_info=None,
             output_ids_through_stop=[1, 2, 3],
             finished=lambda: False,
