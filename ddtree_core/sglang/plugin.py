@@ -55,8 +55,8 @@ def register() -> bool:
     """Register the DDTREE algorithm and its hooks, and apply the hooks in this process.
 
     Returns whether DDTREE is registered: False, after one error line in the log, on an SGLang release
-    outside the supported window (window.check), which then stays untouched. On SGLang 0.5.23:
-    `register()` -> False, logging "DDTREE not registered: SGLang 0.5.23 is not a supported release (...)".
+    outside the supported window (window.check), which then stays untouched. On SGLang 0.6.0:
+    `register()` -> False, logging "DDTREE not registered: SGLang 0.6.0 is not a supported release (...)".
     """
     global _registered
     if _registered:
