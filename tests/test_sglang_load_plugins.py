@@ -37,6 +37,7 @@ from sglang.srt.server_args import prepare_server_args
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from ddtree_core.sglang import plugin
+from ddtree_core.sglang.compat import resolved
 from ddtree_core.sglang.finish import length_first
 from ddtree_core.sglang.spec_algo import settings_of
 
@@ -58,8 +59,8 @@ for case, flags, budget in (("default", [], None), ("budget 63", [], "63"),
                                     "--speculative-draft-model-path", draft, "--attention-backend", "triton",
                                     "--device", "cuda", "--skip-tokenizer-init", *flags])
         getattr(args, "resolve_once", lambda: None)()  # SGLang >= 0.5.19 resolves on demand
-        settings = settings_of(args)
-        result[case] = [args.speculative_dflash_block_size, args.speculative_num_draft_tokens, settings.tree.budget]
+        settings, view = settings_of(args), resolved(args)  # as resolution decided (0.5.23: declarations)
+        result[case] = [view.speculative_dflash_block_size, view.speculative_num_draft_tokens, settings.tree.budget]
     except Exception as error:
         result[case] = f"{type(error).__name__}: {error}"
 with open(out, "w") as f:

@@ -162,6 +162,7 @@ def test_sglang_hook_records_in_multiprocess_mode(tmp_path):
     pytest.importorskip("prometheus_client")
     run_python(
         f"""
+        import contextlib
         import dataclasses
         from types import SimpleNamespace
 
@@ -173,32 +174,46 @@ def test_sglang_hook_records_in_multiprocess_mode(tmp_path):
         from ddtree_core.sglang import plugin
 
         plugin.register()
-        # SGLang's defaults without ServerArgs.__post_init__ (which would load a model config),
-        # resolved for DDTREE as spec_algo.resolve_server_args leaves them for block 16, budget 15.
-        args = object.__new__(ServerArgs)
-        for field in dataclasses.fields(ServerArgs):
-            if field.default is not dataclasses.MISSING:
-                setattr(args, field.name, field.default)
-            elif field.default_factory is not dataclasses.MISSING:
-                setattr(args, field.name, field.default_factory())
-        args.enable_metrics, args.served_model_name, args.speculative_algorithm = True, "smol", "DDTREE"
-        args.speculative_dflash_block_size = args.speculative_num_draft_tokens = 16
-        args._ddtree_resolved = True
-        context = SchedulerMetricsCollector.init_new(
-            server_args=args,
-            ps=SimpleNamespace(attn_tp_rank=0, pp_rank=0, attn_cp_rank=0, moe_ep_rank=0),
-            tp_rank=0,
-            pp_rank=0,
-            dp_rank=None,
-            enable_priority_scheduling=False,
-            enable_lora=False,
-            enable_hierarchical_cache=False,
-        )
+        # Server args as spec_algo.resolve_server_args leaves them for block 16, budget 15, with metrics on.
+        if dataclasses.is_dataclass(ServerArgs):  # 0.5.15: resolution writes the fields and a mark
+            # SGLang's defaults without ServerArgs.__post_init__ (which would load a model config).
+            args = object.__new__(ServerArgs)
+            for field in dataclasses.fields(ServerArgs):
+                if field.default is not dataclasses.MISSING:
+                    setattr(args, field.name, field.default)
+                elif field.default_factory is not dataclasses.MISSING:
+                    setattr(args, field.name, field.default_factory())
+            args.enable_metrics, args.served_model_name, args.speculative_algorithm = True, "smol", "DDTREE"
+            args.speculative_dflash_block_size = args.speculative_num_draft_tokens = 16
+            args._ddtree_resolved = True
+            ranks = contextlib.nullcontext()
+            placement = dict(ps=SimpleNamespace(attn_tp_rank=0, pp_rank=0, attn_cp_rank=0, moe_ep_rank=0),
+                             tp_rank=0, pp_rank=0, dp_rank=None)  # fmt: skip
+        else:  # 0.5.23: resolution declares the fields, SGLang publishes them; the ranks live in its context
+            from sglang.srt.runtime_context import get_context, get_parallel
+
+            args = get_context().override_server_args(
+                enable_metrics=True, served_model_name="smol", speculative_algorithm="DDTREE",
+                speculative_dflash_block_size=16, speculative_num_draft_tokens=16,
+            ).install()  # fmt: skip
+            ranks = get_parallel().override(
+                attn_tp_rank=0, attn_cp_rank=0, tp_rank=0, pp_rank=0, moe_ep_rank=0, dp_rank=None
+            )
+            placement = dict()
+        with ranks:
+            context = SchedulerMetricsCollector.init_new(
+                server_args=args,
+                **placement,
+                enable_priority_scheduling=False,
+                enable_lora=False,
+                enable_hierarchical_cache=False,
+            )
         fields = {{f.name: None for f in dataclasses.fields(SchedulerBatchResultProcessor)}}
+        if "server_args" in fields:  # 0.5.15; 0.5.23's processor reads the published args
+            fields["server_args"] = args
         processor = SchedulerBatchResultProcessor(
             **{{
                 **fields,
-                "server_args": args,
                 "metrics_collector": context.collector,
                 "metrics_reporter": SimpleNamespace(
                     current_scheduler_metrics_enabled=context.current_scheduler_metrics_enabled
@@ -206,14 +221,15 @@ def test_sglang_hook_records_in_multiprocess_mode(tmp_path):
             }}
         )
         req = SimpleNamespace(
-            mamba_ping_pong_track_buffer=None,
+            mamba_ping_pong_track_buffer=None,  # 0.5.15; 0.5.23 keeps it in req.kv
+            kv=SimpleNamespace(mamba_ping_pong_track_buffer=None),
             customized_info=None,
             output_ids_through_stop=[1, 2, 3],
             finished=lambda: False,
         )
         result = SimpleNamespace(ddtree_stats=torch.tensor({worked_rows()!r}, dtype=torch.int32))
         for i in range(2):
-            processor._handle_finish_state_updated_req(req, None, result, i, None)
+            processor._handle_finish_state_updated_req(req, SimpleNamespace(mamba_track_mask_cpu=None), result, i, None)
         assert req._ddtree_round_rows == result.ddtree_stats.tolist()
         """,
         tmp_path,

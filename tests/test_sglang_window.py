@@ -8,9 +8,9 @@ import pytest
 
 from ddtree_core.sglang import plugin, window
 
-REFUSED_0_5_23 = (
-    "DDTREE not registered: SGLang 0.5.23 is not a supported release "
-    "(supported: 0.5.15; SGLANG_DDTREE_ALLOW_UNTESTED=1 registers it anyway)"
+REFUSED_0_6_0 = (
+    "DDTREE not registered: SGLang 0.6.0 is not a supported release "
+    "(supported: 0.5.15, 0.5.23; SGLANG_DDTREE_ALLOW_UNTESTED=1 registers it anyway)"
 )
 
 
@@ -30,44 +30,44 @@ def test_release(version, number):
     assert window.release(version) == number
 
 
-@pytest.mark.parametrize("version", ["0.5.15", "0.5.15.post1"])
+@pytest.mark.parametrize("version", ["0.5.15", "0.5.15.post1", "0.5.23", "0.5.23.post2"])
 def test_supported_releases_register_silently(version):
     assert window.check(version, {}) == (True, None)
 
 
-@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.23", "0.0.0.dev0", "unknown"])
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.22", "0.5.24", "0.6.0", "0.0.0.dev0", "unknown"])
 def test_other_releases_are_refused_in_one_line(version):
-    assert window.check(version, {}) == (False, REFUSED_0_5_23.replace("0.5.23", version))
+    assert window.check(version, {}) == (False, REFUSED_0_6_0.replace("0.6.0", version))
 
 
 def test_the_override_registers_with_a_warning():
-    registers, line = window.check("0.5.23", {"SGLANG_DDTREE_ALLOW_UNTESTED": "1"})
+    registers, line = window.check("0.6.0", {"SGLANG_DDTREE_ALLOW_UNTESTED": "1"})
     assert registers
     assert line == (
-        "DDTREE on SGLang 0.5.23, not a supported release (supported: 0.5.15): SGLANG_DDTREE_ALLOW_UNTESTED=1"
+        "DDTREE on SGLang 0.6.0, not a supported release (supported: 0.5.15, 0.5.23): SGLANG_DDTREE_ALLOW_UNTESTED=1"
     )
     for value in ("0", "", "yes"):
-        assert window.check("0.5.23", {"SGLANG_DDTREE_ALLOW_UNTESTED": value}) == (False, REFUSED_0_5_23)
+        assert window.check("0.6.0", {"SGLANG_DDTREE_ALLOW_UNTESTED": value}) == (False, REFUSED_0_6_0)
 
 
 @pytest.fixture
-def sglang_0_5_23(monkeypatch):
-    """register() on a stubbed SGLang 0.5.23 whose modules cannot be imported: an import is a step past the check."""
-    monkeypatch.setattr(window, "sglang_version", lambda: "0.5.23")
+def sglang_0_6_0(monkeypatch):
+    """register() on a stubbed SGLang 0.6.0 whose modules cannot be imported: an import is a step past the check."""
+    monkeypatch.setattr(window, "sglang_version", lambda: "0.6.0")
     monkeypatch.setattr(plugin, "_registered", False)
     for name in ("sglang.srt.managers.schedule_batch", "sglang.srt.plugins.hook_registry"):
         monkeypatch.setitem(sys.modules, name, None)
 
 
-def test_register_refuses_in_one_error_line(sglang_0_5_23, monkeypatch, caplog):
+def test_register_refuses_in_one_error_line(sglang_0_6_0, monkeypatch, caplog):
     monkeypatch.delenv("SGLANG_DDTREE_ALLOW_UNTESTED", raising=False)
     with caplog.at_level(logging.DEBUG):
         assert plugin.register() is False
-    assert [(record.levelname, record.getMessage()) for record in caplog.records] == [("ERROR", REFUSED_0_5_23)]
+    assert [(record.levelname, record.getMessage()) for record in caplog.records] == [("ERROR", REFUSED_0_6_0)]
     assert not plugin._registered
 
 
-def test_register_goes_on_with_the_override(sglang_0_5_23, monkeypatch, caplog):
+def test_register_goes_on_with_the_override(sglang_0_6_0, monkeypatch, caplog):
     monkeypatch.setenv("SGLANG_DDTREE_ALLOW_UNTESTED", "1")
     with caplog.at_level(logging.DEBUG), pytest.raises(ImportError):
         plugin.register()  # past the check, into SGLang's modules
@@ -95,16 +95,16 @@ def fake_sglang(monkeypatch):
     return install
 
 
-@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.23", "0.6.0"])
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.22", "0.5.24", "0.6.0"])
 def test_register_on_an_sglang_outside_the_window_refuses_in_one_line(fake_sglang, caplog, version):
     fake_sglang(version)
     with caplog.at_level(logging.DEBUG):
         assert plugin.register() is False
-    line = REFUSED_0_5_23.replace("0.5.23", version)
+    line = REFUSED_0_6_0.replace("0.6.0", version)
     assert [(record.levelname, record.getMessage()) for record in caplog.records] == [("ERROR", line)]
 
 
-@pytest.mark.parametrize("version", ["0.5.15", "0.5.15.post1"])
+@pytest.mark.parametrize("version", ["0.5.15", "0.5.15.post1", "0.5.23"])
 def test_register_on_a_supported_sglang_goes_past_the_check(fake_sglang, caplog, version):
     fake_sglang(version)
     with caplog.at_level(logging.DEBUG), pytest.raises(ImportError):

@@ -53,28 +53,51 @@ def test_request_settings_parsed_at_admission_are_not_parsed_again(monkeypatch):
 
 def test_worker_builds_before_the_kv_pool_exists(monkeypatch):
     """SGLang builds the draft worker while the target's token_to_kv_pool_allocator is still None: the
-    worker must not touch the pool before its first round (an H200 run died at startup on exactly that)."""
+    worker must not touch the pool before its first round (an H200 run died at startup on exactly that).
+    The parent, which builds the draft runner, gets DFlashWorkerV2's arguments and the drafter's block as
+    its width (0.5.15: in its server args; later releases: in the spec bag around it)."""
+    import contextlib
+
     from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 
+    from ddtree_core.sglang import compat
     from ddtree_core.sglang import worker as worker_module
 
-    server = ServerSettings(block_size=16, tree=TreeSettings(15, 15, 1.0))
+    server = ServerSettings(block_size=16, tree=TreeSettings(63, 15, 1.0))  # W = 64
     model = SimpleNamespace(logits_processor=object(), lm_head=object())
     runner = SimpleNamespace(
         model=model, token_to_kv_pool_allocator=None, mambaish_config=None, is_hybrid_swa=False,
         model_config=SimpleNamespace(vocab_size=1000),
     )  # fmt: skip
     target = SimpleNamespace(model_runner=runner)
+    parameters = list(inspect.signature(DFlashWorkerV2.__init__).parameters)[1:]
+    arguments = {name: index for index, name in enumerate(parameters)} | {"target_worker": target}
+    arguments["server_args"] = SimpleNamespace(speculative_dflash_block_size=16, speculative_num_draft_tokens=64)
+    scoped, parent_calls = [], []
 
-    def parent_init(self, server_args, gpu_id, tp_rank, dp_rank, moe_ep_rank, attn_cp_rank, moe_dp_rank, nccl_port,
-                    target_worker):  # fmt: skip
-        self.device, self.tp_rank, self._target_worker, self.model_runner = "cpu", tp_rank, target_worker, runner
+    @contextlib.contextmanager
+    def draft_width(block):
+        scoped.append(block)
+        yield
+        scoped.append("exit")
+
+    def parent_init(self, *args):
+        parent_calls.append((dict(zip(parameters, args)), list(scoped)))
+        self.device, self.tp_rank, self._target_tp_rank = "cpu", arguments.get("tp_rank", 0), 0
+        self._target_worker, self.model_runner = target, runner
 
     monkeypatch.setattr(DFlashWorkerV2, "__init__", parent_init)
     monkeypatch.setattr(worker_module, "settings_of", lambda args: server)
-    monkeypatch.setattr(worker_module, "draft_server_args", lambda args: args)
-    built = DDTreeWorker(SimpleNamespace(), 0, 0, 0, 0, 0, 0, 0, target)
+    monkeypatch.setattr(compat, "draft_width", draft_width)
+    built = DDTreeWorker(**arguments)
     assert built.settings == server and built._kv_mover is None
+    [(passed, scopes)] = parent_calls
+    assert scopes == [16] and scoped == [16, "exit"]  # the parent ran inside the block-width scope
+    assert {name: passed[name] for name in parameters if name != "server_args"} == {
+        name: arguments[name] for name in parameters if name != "server_args"
+    }
+    width = passed["server_args"].speculative_num_draft_tokens
+    assert width == (16 if compat.worker_api() == "legacy" else 64)  # 0.5.15: the draft copy of the args
 
 
 def test_decode_round_wires_the_round_functions(monkeypatch):
@@ -101,31 +124,41 @@ def test_decode_round_wires_the_round_functions(monkeypatch):
     req_to_token = torch.arange(3 * 64, dtype=torch.int32).view(3, 64) * 7 + 1
     seen, moves = {}, []
 
-    def draft_block(batch, draft_input, block_ids, positions, block_loc):
-        seen.update(block_ids=block_ids, block_positions=positions, block_loc=block_loc)
+    def draft_block(batch, draft_input, block_ids, positions, block_loc, plan):
+        seen.update(block_ids=block_ids, block_positions=positions, block_loc=block_loc, draft_plan=plan)
         return torch.zeros(bs, server.block_size, hidden), False
 
-    def verify(batch, draft_input, inputs):
-        seen.update(verify=inputs, out_cache_loc=batch.out_cache_loc)
+    def verify(batch, draft_input, inputs, plan):
+        seen.update(verify=inputs, out_cache_loc=batch.out_cache_loc, verify_plan=plan)
         return SimpleNamespace(next_token_logits=verify_logits.clone(), hidden_states=verify_hidden), True
 
     def append(**kwargs):
         seen.update(append=kwargs)
 
     pool = SimpleNamespace(move_kv_cache=lambda dst, src: moves.append((dst, src)))
+    try:  # SGLang's KV id translator where it has one (0.5.23), over a plain pool: ids are not translated
+        from sglang.srt.mem_cache.kv_index_translator import KVIndexTranslator
+    except ImportError:
+        translator = None
+    else:
+        translator = KVIndexTranslator(
+            req_to_token=req_to_token, token_to_kv_pool_allocator=None, token_to_kv_pool=None, page_size=1, device="cpu"
+        )
+    runner_of = SimpleNamespace(kv_index_translator=translator)
     fake = SimpleNamespace(
         settings=server, _timer=StageTimer(0, "cpu"), _draft_head=None, block_size=server.block_size,
-        _mask_token_id=39, device="cpu", _tail_impl="torch", _kv_mover=None, tp_rank=0,
+        _mask_token_id=39, device="cpu", _tail_impl="torch", _kv_mover=None, tp_rank=0, _target_tp_rank=0,
         _warned_request_settings=False,
         model_runner=SimpleNamespace(
             req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
-            token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: pool),
+            token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: pool), kv_index_translator=translator,
         ),
+        target_worker=SimpleNamespace(model_runner=runner_of), draft_model_runner=runner_of,
         _draft_block=draft_block, _draft_logits=lambda h: draft_logits, _verify=verify,
         _append_target_hidden_to_draft_kv_by_loc=append,
         _make_next_draft_input_decode=lambda **kwargs: kwargs,
     )  # fmt: skip
-    for name in ("_request_settings", "_target_tokens", "_move_path_kv", "_commit_draft_kv"):
+    for name in ("_request_settings", "_round_plan", "_target_tokens", "_move_path_kv", "_commit_draft_kv"):
         setattr(fake, name, getattr(DDTreeWorker, name).__get__(fake))
     reqs = [SimpleNamespace(sampling_params=SimpleNamespace(custom_params=None)) for _ in range(bs)]
     prefix, pools, bonus = torch.tensor([5, 11]), torch.tensor([2, 0]), torch.tensor([17, 23])
@@ -146,6 +179,11 @@ def test_decode_round_wires_the_round_functions(monkeypatch):
     assert seen["block_ids"].tolist() == [[17, 39, 39, 39], [23, 39, 39, 39]]
     assert seen["block_positions"].tolist() == [[5, 6, 7, 8], [11, 12, 13, 14]]
     assert torch.equal(seen["block_loc"], slots[:, :4]) and torch.equal(seen["out_cache_loc"], slots.reshape(-1))
+    plan = seen["draft_plan"]  # one plan per round: the draft block, the verify and the draft-KV commit
+    assert seen["verify_plan"] is plan and (plan is None) == (translator is None)
+    if plan is not None:  # the round's write window is its W verify slots per request
+        assert torch.equal(plan.write_virtual, slots.reshape(-1)) and plan.read_extent == width
+        assert torch.equal(plan.seq_lens, prefix) and torch.equal(plan.seq_lens_cpu, prefix)
     for name in ("tokens", "positions", "custom_mask"):
         assert torch.equal(getattr(seen["verify"], name), getattr(verify_inputs, name)), name
     [(dst, src)] = moves

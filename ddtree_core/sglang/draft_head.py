@@ -86,8 +86,9 @@ class DraftHead:
                 getattr(self.limits, field.name)[:bs].copy_(getattr(staged, field.name), non_blocking=True)
             self._loaded[:bs] = settings
 
-    def __call__(self, hidden_states: torch.Tensor) -> None:
-        """hidden_states: [bs * block, H], the drafter's output for the block [bonus, MASK ...]."""
+    def __call__(self, hidden_states: torch.Tensor, input_ids: torch.Tensor | None = None) -> None:
+        """hidden_states: [bs * block, H], the drafter's output for the block [bonus, MASK ...]; input_ids,
+        which SGLang 0.5.23's capture hook also passes, are not read."""
         bs = hidden_states.shape[0] // self.block_size
         depth = self.settings.tree_depth
         hidden = hidden_states.view(bs, self.block_size, -1)[:, 1 : 1 + depth]

@@ -19,25 +19,28 @@ from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 from ddtree_core.sglang.rounds import VerifyBatch
 
 
-def verify_input(batch: VerifyBatch) -> DFlashVerifyInput:
+def verify_input(batch: VerifyBatch, **fields) -> DFlashVerifyInput:
     """The TARGET_VERIFY input of a round: W tokens per request under the tree mask, hidden states
-    captured (the accepted path's target features feed the drafter's KV)."""
+    captured (the accepted path's target features feed the drafter's KV). `fields`: further
+    DFlashVerifyInput fields of this SGLang (compat.verify_kwargs: the round's KV plan on 0.5.23)."""
     return DFlashVerifyInput(
         draft_token=batch.tokens.reshape(-1),
         positions=batch.positions.reshape(-1),
         draft_token_num=batch.tokens.shape[1],
         custom_mask=batch.custom_mask,
         capture_hidden_mode=CaptureHiddenMode.FULL,
+        **fields,
     )
 
 
-def dummy_verify_input(server_args, custom_mask: torch.Tensor, is_draft_worker: bool) -> DFlashVerifyInput:
-    """The warmup input of a runner: the target's carries the runner's mask buffer, as its captured
-    graph does; the drafter's block attention stays mask-free."""
+def dummy_verify_input(width: int, custom_mask: torch.Tensor, is_draft_worker: bool) -> DFlashVerifyInput:
+    """The warmup input of a runner `width` tokens per request wide (the target's W, the drafter's block):
+    the target's carries the runner's mask buffer, as its captured graph does; the drafter's block
+    attention stays mask-free."""
     return DFlashVerifyInput(
         draft_token=None,
         positions=None,
-        draft_token_num=server_args.speculative_num_draft_tokens,
+        draft_token_num=width,
         custom_mask=None if is_draft_worker else custom_mask,
         capture_hidden_mode=CaptureHiddenMode.NULL if is_draft_worker else CaptureHiddenMode.FULL,
     )

@@ -12,7 +12,7 @@ Hooks (HookRegistry; each acts only when the server runs DDTREE):
 - spec_info.create_dummy_verify_input (AROUND): warmup runs pass the same mask buffer.
 - dflash_utils.validate_dflash_request (AROUND): admission also checks the ddtree_* custom_params (parsed
   here, once, and kept on the request for the worker: config.admit) and refuses min_p (the tree walk samples
-  temperature / top-p / top-k only).
+  temperature / top-p / top-k only), return_logprob and grammars (which SGLang 0.5.23's DFLASH admits).
 - SchedulerBatchResultProcessor._handle_finish_state_updated_req (AFTER): keeps each request's
   per-round stats rows; when it finishes, puts them into customized_info at its last token. With
   --enable-metrics it also records each row in the DDTree Prometheus metrics (prometheus.py).
@@ -55,8 +55,8 @@ def register() -> bool:
     """Register the DDTREE algorithm and its hooks, and apply the hooks in this process.
 
     Returns whether DDTREE is registered: False, after one error line in the log, on an SGLang release
-    outside the supported window (window.check), which then stays untouched. On SGLang 0.5.23:
-    `register()` -> False, logging "DDTREE not registered: SGLang 0.5.23 is not a supported release (...)".
+    outside the supported window (window.check), which then stays untouched. On SGLang 0.6.0:
+    `register()` -> False, logging "DDTREE not registered: SGLang 0.6.0 is not a supported release (...)".
     """
     global _registered
     if _registered:
@@ -121,12 +121,11 @@ def _is_registered(algorithm_enum, name: str) -> bool:
 
 def _ddtree_server():
     """The process's server args when it runs DDTREE, else None (also before they are published)."""
-    from sglang.srt.server_args import get_global_server_args
-
+    from ddtree_core.sglang.compat import published_server_args
     from ddtree_core.sglang.spec_algo import is_ddtree
 
     try:
-        server_args = get_global_server_args()
+        server_args = published_server_args()
     except ValueError:
         return None
     return server_args if is_ddtree(server_args) else None
@@ -137,14 +136,16 @@ def _mask_policy(original, attn_backend):
     return (name, True) if _ddtree_server() is not None else (name, build_custom_mask)
 
 
-def _dummy_verify_input(original, spec_algorithm, server_args, custom_mask, num_tokens_per_bs, is_draft_worker):
-    from ddtree_core.sglang.spec_algo import is_ddtree
+def _dummy_verify_input(original, *args, **kwargs):
+    from ddtree_core.sglang.compat import dummy_verify_call
+    from ddtree_core.sglang.spec_algo import DDTreeSpecAlgo
 
-    if not is_ddtree(server_args):
-        return original(spec_algorithm, server_args, custom_mask, num_tokens_per_bs, is_draft_worker)
+    spec_algorithm, custom_mask, width, is_draft_worker = dummy_verify_call(original, args, kwargs)
+    if not isinstance(spec_algorithm, DDTreeSpecAlgo):
+        return original(*args, **kwargs)
     from ddtree_core.sglang.info import dummy_verify_input
 
-    return dummy_verify_input(server_args, custom_mask, is_draft_worker)
+    return dummy_verify_input(width, custom_mask, is_draft_worker)
 
 
 def _validate_request(original, req, enable_overlap):
@@ -155,7 +156,13 @@ def _validate_request(original, req, enable_overlap):
     from ddtree_core.sglang.config import admit
     from ddtree_core.sglang.spec_algo import settings_of
 
-    if req.sampling_params.min_p > 0:
+    # SGLang 0.5.15's DFLASH refuses these two itself; 0.5.23's admits them, the tree walk serves neither.
+    if req.return_logprob:
+        return "DDTREE speculative decoding does not support return_logprob."
+    params = req.sampling_params
+    if any(getattr(params, name, None) is not None for name in ("json_schema", "regex", "ebnf", "structural_tag")):
+        return "DDTREE speculative decoding does not support grammar-constrained decoding."
+    if params.min_p > 0:
         return "DDTREE speculative decoding does not support min_p yet."
     return admit(req, settings_of(server_args))
 

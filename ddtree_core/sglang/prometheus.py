@@ -162,12 +162,13 @@ def scheduler_metrics(processor) -> DDTreeMetrics:
     """DDTreeMetrics with the labels and metric classes of the scheduler's SGLang collector."""
     from prometheus_client import Counter, Histogram  # only now: PROMETHEUS_MULTIPROC_DIR is set
 
+    from ddtree_core.sglang.compat import scheduler_server_args
     from ddtree_core.sglang.spec_algo import settings_of
 
     collector = processor.metrics_collector
     return DDTreeMetrics(
         collector.labels,
-        histogram_specs(settings_of(processor.server_args)),
+        histogram_specs(settings_of(scheduler_server_args(processor))),
         histogram_cls=getattr(collector, "_histogram_cls", None) or Histogram,
         counter_cls=getattr(collector, "_counter_cls", None) or Counter,
     )

@@ -10,19 +10,24 @@ Widths after `resolve_server_args` (config.py explains them):
 - `server_args.speculative_num_draft_tokens` = W, the verify width: the target runner sizes its
   TARGET_VERIFY graphs, attention metadata and KV reservation with it;
 - `server_args.speculative_dflash_block_size` = the drafter's block; the draft runner gets a shallow
-  copy of the server args whose speculative_num_draft_tokens is the block (`draft_server_args`).
+  copy of the server args whose speculative_num_draft_tokens is the block (`compat.draft_server_args`).
 Each runner thus reads its own width, so get_num_tokens_per_bs_for_target_verify keeps the default
-(it returns the width it is given).
+(it returns the width it is given). On SGLang 0.5.23 the runners read the published spec bag instead,
+which the worker scopes to the block around the draft runner's lifecycle (compat.draft_width).
+
+Resolution (compat.declared_resolution): SGLang 0.5.15 writes the args in place and DDTREE marks them
+resolved with a plain attribute; 0.5.23 declares every write (handle_server_args gets a recorder that keeps
+ServerArgs fields only), so there the mark is DDTREE's declaration of speculative_dflash_block_size.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
+from ddtree_core.sglang import compat
 from ddtree_core.sglang.config import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -30,6 +35,7 @@ logger = logging.getLogger(__name__)
 NAME = "DDTREE"
 SUPPORTED_ATTENTION_BACKENDS = ("triton", "flashinfer")
 _RESOLVED_MARK = "_ddtree_resolved"
+_BLOCK_FIELD = "speculative_dflash_block_size"
 
 
 class DDTreeSpecAlgo(CustomSpecAlgo):
@@ -91,7 +97,9 @@ def resolve_server_args(server_args) -> None:
 
     if _is_resolved(server_args):
         return
-    _handle_dflash(server_args)  # block size, num_steps/topk = 1, draft backend, max_running_requests
+    # block size, num_steps/topk = 1, draft backend, max_running_requests (on 0.5.23 declared on the record
+    # the recorder reads through; the recorder then reads them back)
+    _handle_dflash(server_args)
     block_size = int(server_args.speculative_num_draft_tokens)
     settings = ServerSettings.from_env(os.environ, block_size)
     server_args.speculative_dflash_block_size = block_size
@@ -104,32 +112,25 @@ def settings_of(server_args) -> ServerSettings:
     """The settings of a resolved server (the environment is the one the server started with)."""
     if not _is_resolved(server_args):
         raise RuntimeError("DDTREE server args are not resolved (handle_server_args did not run)")
-    settings = ServerSettings.from_env(os.environ, int(server_args.speculative_dflash_block_size))
-    if settings.verify_width != server_args.speculative_num_draft_tokens:
+    view = compat.resolved(server_args)
+    settings = ServerSettings.from_env(os.environ, int(view.speculative_dflash_block_size))
+    if settings.verify_width != view.speculative_num_draft_tokens:
         raise RuntimeError(
             f"DDTREE verify width {settings.verify_width} from SGLANG_DDTREE_* differs from the resolved "
-            f"speculative_num_draft_tokens {server_args.speculative_num_draft_tokens}: the environment changed"
+            f"speculative_num_draft_tokens {view.speculative_num_draft_tokens}: the environment changed"
         )
     return settings
 
 
-def draft_server_args(server_args):
-    """A shallow copy for the draft runner: its speculative_num_draft_tokens is the drafter's block.
-
-    copy.copy, not dataclasses.replace (which would re-run ServerArgs.__post_init__). The cached
-    `max_speculative_num_draft_tokens` (a cached_property in __dict__) is dropped so it follows.
-    """
-    draft_args = copy.copy(server_args)
-    draft_args.speculative_num_draft_tokens = int(server_args.speculative_dflash_block_size)
-    draft_args.__dict__.pop("max_speculative_num_draft_tokens", None)
-    return draft_args
-
-
 def is_ddtree(server_args) -> bool:
-    return getattr(server_args, "speculative_algorithm", None) == NAME
+    return compat.resolved_field(server_args, "speculative_algorithm") == NAME
 
 
 def _is_resolved(server_args) -> bool:
-    # A plain instance attribute: pickled into the spawned schedulers with the args, and ignored by
-    # dataclasses.asdict (server_info) because it is not a field.
-    return getattr(server_args, _RESOLVED_MARK, False)
+    if not compat.declared_resolution():
+        # A plain instance attribute: pickled into the spawned schedulers with the args, and ignored by
+        # dataclasses.asdict (server_info) because it is not a field.
+        return getattr(server_args, _RESOLVED_MARK, False)
+    # Declarations travel with the record; only DDTREE's resolution declares the drafter's block (DFLASH's
+    # declares speculative_num_draft_tokens alone; a command-line value is raw input, not a declaration).
+    return any(_BLOCK_FIELD in declared for _, declared in getattr(server_args, "_resolved_overrides", None) or ())

@@ -2,18 +2,20 @@
 
 SUPPORTED lists releases by number (major.minor.patch); post releases and local builds count as their
 release (0.5.15.post1 is 0.5.15). A release is added once `scripts/sglang_window.sh VERSION` passes on it
-(the plugin's CPU checks against that SGLang). 0.5.15 is the release that runs on the GPU; from 0.5.16 on
-DFlashWorkerV2, which the DDTree worker extends, takes other constructor arguments, and later releases
-also resolve ServerArgs differently (README, "SGLang support").
+(the plugin's CPU checks against that SGLang). 0.5.15 is the release that runs on the GPU; 0.5.23 passes
+the CPU checks through compat.py, which holds what differs between the two (DFlashWorkerV2's arguments,
+the runners' widths, per-round KV id plans, ServerArgs resolved into declarations; README, "SGLang
+support"). The releases between them are not checked.
 
 Outside the window the plugin registers nothing: the server stays stock SGLang, where DDTREE is an
 unknown algorithm. SGLANG_DDTREE_ALLOW_UNTESTED=1 registers it anyway, with a warning.
 
 Example:
     check("0.5.15.post1", {})  -> (True, None)
-    check("0.5.23", {})        -> (False, "DDTREE not registered: SGLang 0.5.23 is not a supported release
-                                  (supported: 0.5.15; SGLANG_DDTREE_ALLOW_UNTESTED=1 registers it anyway)")
-    check("0.5.23", {"SGLANG_DDTREE_ALLOW_UNTESTED": "1"}) -> (True, "DDTREE on SGLang 0.5.23, ...")
+    check("0.5.23", {})        -> (True, None)
+    check("0.6.0", {})         -> (False, "DDTREE not registered: SGLang 0.6.0 is not a supported release
+                                  (supported: 0.5.15, 0.5.23; SGLANG_DDTREE_ALLOW_UNTESTED=1 registers it anyway)")
+    check("0.6.0", {"SGLANG_DDTREE_ALLOW_UNTESTED": "1"}) -> (True, "DDTREE on SGLang 0.6.0, ...")
 
 Pure Python: the version comes in as an argument; `sglang_version()` reads the imported SGLang's.
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-SUPPORTED = ((0, 5, 15),)
+SUPPORTED = ((0, 5, 15), (0, 5, 23))
 ALLOW_UNTESTED = "SGLANG_DDTREE_ALLOW_UNTESTED"
 
 

@@ -45,10 +45,10 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from ddtree_core.kernels import kv_move, pdl
 from ddtree_core.settings import ENV_BUDGET, TreeSettings
-from ddtree_core.sglang import draft_head, info, rounds
+from ddtree_core.sglang import compat, draft_head, info, rounds
 from ddtree_core.sglang.config import SETTINGS_ATTR, DDTreeConfigError
 from ddtree_core.sglang.profile import StageTimer
-from ddtree_core.sglang.spec_algo import draft_server_args, settings_of
+from ddtree_core.sglang.spec_algo import settings_of
 from ddtree_core.verify import sample_target_tokens
 
 logger = logging.getLogger(__name__)
@@ -59,33 +59,16 @@ SUPPORTED_BACKEND_CLASSES = ("TritonAttnBackend", "FlashInferAttnBackend")
 class DDTreeWorker(DFlashWorkerV2):
     """DFLASH's worker whose decode round drafts, verifies and commits a DDTree tree."""
 
-    def __init__(
-        self,
-        server_args,
-        gpu_id: int,
-        tp_rank: int,
-        dp_rank,
-        moe_ep_rank: int,
-        attn_cp_rank: int,
-        moe_dp_rank: int,
-        nccl_port: int,
-        target_worker,
-    ):
+    # DFlashWorkerV2's own parameters on this SGLang (compat.py); they call _ddtree_init / _ddtree_forward.
+    __init__, forward_batch_generation = compat.worker_entry_points()
+
+    def _ddtree_init(self, server_args, target_worker, *parent_args):
         self.settings = settings_of(server_args)
         pdl.configure(pdl.from_environ(os.environ))  # DDTREE_PDL=0: plain launches (the kernels read no environment)
-        # The parent builds the draft runner from these args: its width is the block, the target keeps
-        # W; self.server_args is this copy (it differs from the target's only in that width).
-        super().__init__(
-            draft_server_args(server_args),
-            gpu_id,
-            tp_rank,
-            dp_rank,
-            moe_ep_rank,
-            attn_cp_rank,
-            moe_dp_rank,
-            nccl_port,
-            target_worker,
-        )
+        # The draft runner is built at the drafter's block width, the target keeps W (compat: a server-args
+        # copy of that width on 0.5.15, which becomes self.server_args; the spec bag scoped to it on 0.5.23).
+        with compat.draft_width(self.settings.block_size):
+            super().__init__(*parent_args)
         check_target(target_worker.model_runner, self.settings.tree.budget)
         self._logits_processor = target_worker.model_runner.model.logits_processor
         self._kv_mover = None  # (pool, kv_move rows or None), at the first round: the pool comes later
@@ -96,7 +79,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self._tail_impl, why = rounds.checked_tail_impl(self.device)
         if why is not None:
             logger.warning("DDTREE: %s; the round tail runs the torch path.", why)
-        if self.tp_rank == 0:
+        if compat.tp_rank(self) == 0:
             logger.info("DDTREE worker ready: %s", self.settings.info())
 
     def _maybe_build_draft_sampler(self):
@@ -106,11 +89,11 @@ class DDTreeWorker(DFlashWorkerV2):
         if fold is False:
             return None
         if get_tp_group().world_size != 1 and fold is None:
-            if self.tp_rank == 0:
+            if compat.tp_rank(self) == 0:
                 logger.info("DDTREE draft head kept eager (tp > 1; SGLANG_DDTREE_DRAFT_GRAPH=1 folds it).")
             return None
         runner = self.draft_model_runner
-        max_bs = int(self.server_args.max_running_requests or max(self.server_args.cuda_graph_config.decode.bs))
+        max_bs = compat.max_draft_graph_bs(self.server_args)
         self._draft_head = draft_head.DraftHead(
             self.settings,
             self._head_logits,
@@ -119,18 +102,27 @@ class DDTreeWorker(DFlashWorkerV2):
             device=self.device,
             dtype=runner.model_config.dtype,
         )
-        if self.tp_rank == 0:
+        if compat.tp_rank(self) == 0:
             logger.info("DDTREE draft head folded into the draft cuda graph (max batch %d).", max_bs)
         return self._draft_head
+
+    def alloc_memory_pool(self, memory_pool_config=None, req_to_token_pool=None, token_to_kv_pool_allocator=None):
+        with compat.draft_width(self.block_size):  # the draft worker's pool only
+            return super().alloc_memory_pool(memory_pool_config, req_to_token_pool, token_to_kv_pool_allocator)
+
+    def init_attention_backends(self):
+        with compat.draft_width(self.block_size):  # the draft worker's backends only
+            return super().init_attention_backends()
 
     def init_cuda_graphs(self):
         # The target's graphs are captured before the draft worker's (Scheduler.init_model_worker).
         assert_verify_graph_masked(self.target_worker.model_runner)
-        super().init_cuda_graphs()
+        with compat.draft_width(self.block_size):
+            super().init_cuda_graphs()
 
-    def forward_batch_generation(self, batch, on_publish=None):
+    def _ddtree_forward(self, batch, on_publish, **parent_kwargs):
         if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
-            return super().forward_batch_generation(batch, on_publish)
+            return super().forward_batch_generation(batch, on_publish, **parent_kwargs)
         if getattr(batch, "return_logprob", False):
             raise ValueError("DDTREE speculative decoding does not support return_logprob.")
         if not isinstance(batch.spec_info, DFlashDraftInputV2):
@@ -154,9 +146,10 @@ class DDTreeWorker(DFlashWorkerV2):
                 width=self.settings.verify_width,
                 mask_token_id=int(self._mask_token_id),
             )
+            plan = self._round_plan(batch, draft_input, cache_loc)
             if head is not None:
                 head.load(request_settings)
-            draft_hidden, in_graph = self._draft_block(batch, draft_input, block_ids, block_positions, block_loc)
+            draft_hidden, in_graph = self._draft_block(batch, draft_input, block_ids, block_positions, block_loc, plan)
             if head is None:
                 draft_logits = self._draft_logits(draft_hidden[:, 1 : 1 + self.settings.tree_depth])
             elif not in_graph:  # no draft graph for this batch: the head runs eagerly, same buffers
@@ -173,7 +166,7 @@ class DDTreeWorker(DFlashWorkerV2):
         # The verify forward writes its KV there, and the KV move below reads the path's slots from it.
         batch.out_cache_loc = cache_loc.reshape(-1)
         with timer.stage("verify"):
-            logits_output, can_run_cuda_graph = self._verify(batch, draft_input, verify)
+            logits_output, can_run_cuda_graph = self._verify(batch, draft_input, verify, plan)
         with timer.stage("walk"):  # the walk, the committed path and the stats rows: one launch on CUDA
             target_tokens = self._target_tokens(batch, logits_output)
             walk, path, stats = rounds.round_tail(
@@ -183,7 +176,7 @@ class DDTreeWorker(DFlashWorkerV2):
             self._move_path_kv(path)
             if on_publish is not None:
                 on_publish(path.new_seq_lens)
-            self._commit_draft_kv(logits_output.hidden_states, cache_loc, block_loc, path)
+            self._commit_draft_kv(logits_output.hidden_states, cache_loc, block_loc, path, plan)
         logits_output.hidden_states = None  # no D2H of the verify hidden states
         timer.round_done(len(batch.reqs))
         return info.DDTreeBatchResult(
@@ -199,14 +192,18 @@ class DDTreeWorker(DFlashWorkerV2):
             ddtree_stats=stats,
         )
 
+    def _round_plan(self, batch, draft_input, cache_loc: torch.Tensor):
+        """The round's KV id plan over its verify slots cache_loc [B, W] (compat.round_plan; None on 0.5.15)."""
+        return compat.round_plan(self, batch, draft_input, cache_loc)
+
     def _draft_block(
-        self, batch, draft_input, block_ids: torch.Tensor, positions: torch.Tensor, block_loc: torch.Tensor
+        self, batch, draft_input, block_ids: torch.Tensor, positions: torch.Tensor, block_loc: torch.Tensor, plan
     ) -> tuple[torch.Tensor, bool]:
         """DFLASH's draft forward over block_ids [B, block] = [bonus, MASK ...] at positions [B, block], its
-        KV into the slots block_loc [B, block]: the drafter's hidden states [B, block, H], and whether its
-        CUDA graph ran (then a folded draft head ran with it)."""
+        KV into the slots block_loc [B, block] (the plan's first block columns): the drafter's hidden states
+        [B, block, H], and whether its CUDA graph ran (then a folded draft head ran with it)."""
         bs, block = len(batch.seq_lens), self.block_size
-        embeds = self.target_worker.model_runner.model.get_input_embeddings()(block_ids)
+        embeds = compat.draft_embeddings(self, block_ids)
         seq_lens_cpu, seq_lens_sum = _host_seq_lens(batch, draft_input, extra=block)
         forward_batch = ForwardBatch(
             forward_mode=ForwardMode.TARGET_VERIFY,
@@ -223,8 +220,7 @@ class DDTreeWorker(DFlashWorkerV2):
             spec_info=self._draft_block_spec_info,
             capture_hidden_mode=CaptureHiddenMode.NULL,
         )
-        with torch.inference_mode():
-            out = self.draft_model_runner.forward(forward_batch)
+        out = compat.draft_forward(self, batch, forward_batch, plan, block)
         hidden = out.logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE: the DFlash drafter returned no hidden states.")
@@ -261,10 +257,10 @@ class DDTreeWorker(DFlashWorkerV2):
             out.append(settings)
         return out
 
-    def _verify(self, batch, draft_input, verify: rounds.VerifyBatch):
+    def _verify(self, batch, draft_input, verify: rounds.VerifyBatch, plan):
         """The target's TARGET_VERIFY forward (CUDA graph when one fits) into the KV slots of
-        batch.out_cache_loc. Returns (logits_output, used_graph)."""
-        verify_input = info.verify_input(verify)
+        batch.out_cache_loc (the round's plan's window). Returns (logits_output, used_graph)."""
+        verify_input = info.verify_input(verify, **compat.verify_kwargs(plan))
         saved = batch.seq_lens_cpu, batch.seq_lens_sum
         # Host-side upper bound of the attended lengths (the prefix plus the verify tokens), as DFLASH.
         batch.seq_lens_cpu, batch.seq_lens_sum = _host_seq_lens(batch, draft_input, extra=self.settings.verify_width)
@@ -282,7 +278,7 @@ class DDTreeWorker(DFlashWorkerV2):
         temperature / top-p / top-k distribution (identical on every TP rank)."""
         width = self.settings.verify_width
         sampling_info = batch.sampling_info
-        logits = logits_output.next_token_logits
+        logits = compat.full_verify_logits(self, logits_output.next_token_logits)
         if sampling_info is not None:
             apply_dflash_verify_logits_adjustments(
                 next_token_logits=logits, sampling_info=sampling_info, draft_token_num=width
@@ -305,9 +301,11 @@ class DDTreeWorker(DFlashWorkerV2):
         """The path's target KV into its committed slots: kernels/kv_move.py (one program per request,
         buffer and tile; padding and identities skipped) on slot-row MHA pools, else the pool's own copy."""
         if self._kv_mover is None:  # the scheduler sets the allocator after the workers are built
+            if compat.translated_kv(self.model_runner):
+                raise RuntimeError("DDTREE moves KV by the slot ids req_to_token stores; this pool translates them.")
             pool = self.model_runner.token_to_kv_pool_allocator.get_kvcache()
             rows, why_not = path_kv_rows(pool, self.device)
-            if why_not is not None and self.tp_rank == 0:
+            if why_not is not None and compat.tp_rank(self) == 0:
                 logger.info("DDTREE: the path's KV moves with the pool's move_kv_cache (%s).", why_not)
             self._kv_mover = (pool, rows)
         pool, rows = self._kv_mover
@@ -317,14 +315,20 @@ class DDTreeWorker(DFlashWorkerV2):
             pool.move_kv_cache(path.kv_dst.reshape(-1), path.kv_src.reshape(-1))
 
     def _commit_draft_kv(
-        self, hidden_states: torch.Tensor, cache_loc: torch.Tensor, block_loc: torch.Tensor, path: rounds.CommittedPath
+        self,
+        hidden_states: torch.Tensor,
+        cache_loc: torch.Tensor,
+        block_loc: torch.Tensor,
+        path: rounds.CommittedPath,
+        plan,
     ):
         """The accepted path's target features, in path order, into the draft KV at the path's slots
-        (rows past commit_len are skipped by the prefix-valid writer)."""
+        (rows past commit_len are skipped by the prefix-valid writer), named as the draft pool names them."""
         if hidden_states is None:
             raise RuntimeError("DDTREE: the target verify returned no hidden states.")
         length = path.hidden_rows.shape[1]
         cache_loc_2d = block_loc if length == block_loc.shape[1] else cache_loc[:, :length].contiguous()
+        cache_loc_2d = compat.draft_write_ids(self, plan, cache_loc_2d)
         self._append_target_hidden_to_draft_kv_by_loc(
             target_hidden=hidden_states.index_select(0, path.hidden_rows.reshape(-1)),
             cache_loc=cache_loc_2d.reshape(-1),
@@ -390,9 +394,10 @@ def _host_seq_lens(batch, draft_input, extra: int) -> tuple[torch.Tensor, int]:
     if batch.seq_lens_cpu is not None:
         lens = batch.seq_lens_cpu + extra
         return lens, int(lens.sum())
-    if draft_input.reserved_seq_lens_cpu is None:
+    reserved, reserved_sum = compat.reserved_seq_lens(draft_input)
+    if reserved is None:
         raise RuntimeError("DDTREE: no host sequence lengths (prepare_for_decode did not run).")
-    return draft_input.reserved_seq_lens_cpu, int(draft_input.reserved_seq_lens_sum)
+    return reserved, int(reserved_sum)
 
 
 def _prefix_total(batch, draft_input) -> int:
@@ -401,4 +406,4 @@ def _prefix_total(batch, draft_input) -> int:
     forward; without host lengths the reservation (>= every committed length) bounds it."""
     if batch.seq_lens_cpu is not None:
         return int(batch.seq_lens_sum)
-    return int(draft_input.reserved_seq_lens_sum)
+    return int(compat.reserved_seq_lens(draft_input)[1])
