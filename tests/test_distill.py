@@ -15,20 +15,25 @@ from tests.cli.conftest import byte_tokenizer
 
 
 class Echo(BaseHTTPRequestHandler):
-    """/generate answering each prompt with its last 3 ids reversed plus the temperature x 10; lists for lists."""
+    """/generate answering each prompt with its last 3 ids reversed plus its temperature x 10; lists for lists
+    (a list of prompts comes with a list of sampling params, one each, as SGLang takes them)."""
 
     requests: list = []
 
     def do_POST(self):  # noqa: N802 - http.server's name
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         Echo.requests.append(body)
-        t = int(body["sampling_params"]["temperature"] * 10)
 
-        def answer(ids):
+        def answer(ids, params):
+            t = int(params["temperature"] * 10)
             return {"output_ids": ids[-3:][::-1] + [t], "meta_info": {"completion_tokens": 4}}
 
-        ids = body["input_ids"]
-        payload = [answer(x) for x in ids] if ids and isinstance(ids[0], list) else answer(ids)
+        ids, params = body["input_ids"], body["sampling_params"]
+        if ids and isinstance(ids[0], list):
+            params = params if isinstance(params, list) else [params] * len(ids)
+            payload = [answer(x, p) for x, p in zip(ids, params, strict=True)]
+        else:
+            payload = answer(ids, params)
         data = json.dumps(payload).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -70,6 +75,8 @@ def test_answers_every_prompt_at_every_temperature_and_resumes(server, model, tm
     assert one["ids"][one["prompt_len"] :] == prompt[-3:][::-1] + [7] and one["prompt"] == "question 4"
     sent = [len(r["input_ids"]) if isinstance(r["input_ids"][0], list) else 1 for r in Echo.requests]
     assert max(sent) <= batch and sum(sent) == 10
+    # one request per group of `batch` prompts, whatever their temperatures: 6 answers in 2, then 4 in 2
+    assert len(Echo.requests) == (10 if batch == 1 else 4)
 
 
 def test_the_command_sends_batch_prompts_per_request(server, model, tmp_path):

@@ -72,7 +72,9 @@ def answer_all(
 
     The requests go in a seeded random order (a run stopped early holds a sample of every dataset and
     temperature, not the first ones), `batch` prompts per request (SGLang's /generate takes a list of
-    input_ids; 1 sends one prompt per request, as any server takes), `concurrency` requests in flight.
+    input_ids with a list of sampling_params, one each, so the prompts of a request may differ in
+    temperature; 1 sends one prompt per request, as any server takes), `concurrency` requests in flight:
+    at most batch x concurrency answers are being generated at once.
     """
     from transformers import AutoTokenizer
 
@@ -88,26 +90,20 @@ def answer_all(
     start, step = time.time(), max(1, len(jobs) // 20)
 
     def one(http: httpx.Client, group: list) -> list[dict[str, Any]]:
-        by_temperature: dict[float, list] = {}
-        for job in group:
-            by_temperature.setdefault(job[2], []).append(job)
-        answers = []
-        for temperature, part in by_temperature.items():
-            ids = [prompts[row["prompt"]] for _, row, _ in part]
-            params = {"temperature": temperature, "max_new_tokens": max_new_tokens}
-            outputs = generate_many(http, url, ids, params) if batch > 1 else [generate_one(http, url, ids[0], params)]
-            for (key, row, _), prompt, output in zip(part, ids, outputs):
-                answers.append(
-                    {
-                        "key": key,
-                        "dataset": row.get("dataset"),
-                        "prompt": row["prompt"],
-                        "temperature": temperature,
-                        "prompt_len": len(prompt),
-                        "ids": prompt + output,
-                    }
-                )
-        return answers
+        ids = [prompts[row["prompt"]] for _, row, _ in group]
+        params = [{"temperature": temperature, "max_new_tokens": max_new_tokens} for _, _, temperature in group]
+        outputs = generate_many(http, url, ids, params) if batch > 1 else [generate_one(http, url, ids[0], params[0])]
+        return [
+            {
+                "key": key,
+                "dataset": row.get("dataset"),
+                "prompt": row["prompt"],
+                "temperature": temperature,
+                "prompt_len": len(prompt),
+                "ids": prompt + output,
+            }
+            for (key, row, temperature), prompt, output in zip(group, ids, outputs)
+        ]
 
     written = 0
     limits = httpx.Limits(max_connections=concurrency)
@@ -128,8 +124,9 @@ def generate_one(http: httpx.Client, url: str, input_ids: list[int], params: dic
     return list(generate(http, url, input_ids, params, stream=False).output_ids)
 
 
-def generate_many(http: httpx.Client, url: str, input_ids: list[list[int]], params: dict) -> list[list[int]]:
-    """One /generate request for several prompts (SGLang answers a list with a list, in order)."""
+def generate_many(http: httpx.Client, url: str, input_ids: list[list[int]], params: list[dict]) -> list[list[int]]:
+    """One /generate request for several prompts, each with its sampling params (SGLang answers a list with a
+    list, in order)."""
     response = http.post(f"{url}/generate", json={"input_ids": input_ids, "sampling_params": params})
     response.raise_for_status()
     bodies = response.json()
