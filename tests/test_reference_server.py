@@ -180,6 +180,26 @@ def test_concurrent_requests_are_all_served(url, parts):
         assert status == 200 and out["output_ids"] == greedy(parts, 12, prompt)
 
 
+def test_every_decode_runs_on_the_engine_thread(parts):
+    """With a worker, concurrent requests decode on its one thread (one OpenMP team on a CPU), same outputs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    seen = set()
+    worker = ThreadPoolExecutor(1, thread_name_prefix="engine")
+    engine = engine_for(parts, worker=worker)
+    decode = engine._decode
+    engine._decode = lambda request: (seen.add(threading.current_thread().name), decode(request))[1]
+    prompts = [[1, 2, 3], [4, 5, 6, 1], [2, 2, 2]]
+    with serving(engine) as base:
+        bodies = [{"input_ids": p, "sampling_params": {"temperature": 0, "max_new_tokens": 8}} for p in prompts]
+        with ThreadPoolExecutor(3) as clients:
+            results = list(clients.map(lambda body: call(base, "/generate", body), bodies))
+    worker.shutdown()
+    assert len(seen) == 1 and next(iter(seen)).startswith("engine")
+    for prompt, (status, out) in zip(prompts, results):
+        assert status == 200 and out["output_ids"] == greedy(parts, 8, prompt)
+
+
 BAD_BODIES = {
     "not_json": b"{not json",
     "not_object": b"[1, 2]",

@@ -19,7 +19,12 @@ is an int in [0, context - prompt tokens]; 0 answers an empty response that fini
 SGLang does (the prompt is prefilled, no token is returned).
 
 One model instance serves one request at a time (concurrent clients wait on a lock, in arrival order
-as far as the OS schedules them). A malformed request gets HTTP 400 with a one-line reason naming the
+as far as the OS schedules them). `main` loads the models and runs every decode on one engine thread
+(`ReferenceEngine(worker=...)`); the request threads only parse and answer. On a CPU, torch work from two
+threads makes two OpenMP teams, and once its threads outnumber the cores libgomp stops spinning between
+parallel regions, which slows a decode on a request thread of a small machine.
+
+A malformed request gets HTTP 400 with a one-line reason naming the
 field and, where it has one, its range (custom_params: ddtree_core.settings), and the server goes on
 serving. With --api-key every route but /health wants `Authorization: Bearer KEY` (HTTP 401 otherwise),
 as SGLang's --api-key.
@@ -41,6 +46,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -120,6 +126,7 @@ class ReferenceEngine:
         model_path: str = "",
         draft_path: str | None = None,
         auto: AutoBudget | None = None,
+        worker: Executor | None = None,
     ):
         self.spec = spec or SpecConfig()
         if self.spec.method != "ar" and drafter is None:
@@ -129,17 +136,25 @@ class ReferenceEngine:
         self.model_path, self.draft_path = model_path, draft_path
         self.vocab_size = target.get_input_embeddings().weight.shape[0]
         self.auto = auto  # budget=auto's state (custom_params.ddtree_budget "auto"), shared by the requests
+        self.worker = worker  # the thread every decode runs on (None: the calling thread)
         self._lock = threading.Lock()
 
     def generate(self, body: Any) -> dict[str, Any]:
         """Serve one /generate body (raises RequestError for a bad one)."""
         received = time.perf_counter()
         request = self.parse(body)
+        if self.worker is None:
+            result = self._decode(request)
+        else:
+            result = self.worker.submit(self._decode, request).result()
+        return self._response(request, result, time.perf_counter() - received)
+
+    def _decode(self, request: GenerateRequest) -> Generation:
         with self._lock:
             proposer = None
             if request.spec.method != "ar":
                 proposer = DFlashProposer(self.drafter, self.target, request.spec.block_size)
-            result = generate(
+            return generate(
                 self.target,
                 request.input_ids,
                 request.sampling,
@@ -149,7 +164,6 @@ class ReferenceEngine:
                 stop_check=self._stop_check(request.stop),
                 auto=self.auto if request.spec.tree.auto else None,
             )
-        return self._response(request, result, time.perf_counter() - received)
 
     def parse(self, body: Any) -> GenerateRequest:
         if not isinstance(body, dict):
@@ -499,6 +513,7 @@ def load_engine(
     device: str = "auto",
     draft_dtype: str = "auto",
     cost_table: str | None = None,
+    worker: Executor | None = None,
 ) -> ReferenceEngine:
     """The engine a server of `spec` runs over the model folders (or hub ids) `model` and `draft`; a DDTree
     engine prices budget=auto with `cost_table` (`ddbench model calibrate`) where it fits this target, else
@@ -531,6 +546,7 @@ def load_engine(
         model_path=model,
         draft_path=draft,
         auto=auto,
+        worker=worker,
     )
 
 
@@ -543,7 +559,9 @@ def main(argv: list[str] | None = None) -> None:
         from ddtree_core.kernels import pdl
 
         pdl.configure(pdl.from_environ(os.environ))
-    engine = load_engine(
+    worker = ThreadPoolExecutor(1, thread_name_prefix="engine")  # loads, then decodes every request (docstring)
+    engine = worker.submit(
+        load_engine,
         args.model,
         args.draft,
         spec,
@@ -551,7 +569,8 @@ def main(argv: list[str] | None = None) -> None:
         device=args.device,
         draft_dtype=args.draft_dtype,
         cost_table=args.cost_table,
-    )
+        worker=worker,
+    ).result()
     server = make_server(engine, args.host, args.port, args.api_key)
     logger.info("reference server (%s) listening on http://%s:%d", args.method, args.host, server.server_address[1])
     try:
