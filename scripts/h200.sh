@@ -68,6 +68,7 @@
 #               T = 1 instead (the same servers, 1 / 4 / 16 in flight, three passes), no control; RESIDENT_PLAN=c1: the
 #               three datasets greedy at 1 in flight only (MT-Bench first), three passes, no control, CUDA graphs
 #               for batch 1 only (a b255 server captures its graphs in ~10 s instead of ~90)
+#               RESIDENT names the servers (default "b255 b63 b15 dflash ar"; three fit an H100's 80 GB)
 #   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.testbed.synth's) from an AR
 #               server, a drafter per depth in LAYERS trained on them, each one's simulated acceptance
 #               (ddbench.model.accept) on greedy answers to the held-out prompts, beside the bundled drafter's
@@ -377,18 +378,29 @@ sweeps)
           echo "$name $!" >> "$R/pids"
           until grep -qi "cuda graph end" "$R/logs/$name.log"; do sleep 2; kill -0 $! 2> /dev/null || return 1; done
         }
-        urls=ar=http://127.0.0.1:12400,dflash=http://127.0.0.1:12300
         graph_bs=16  # decode/verify CUDA graphs for 1-16 running requests; the one-request plan captures batch 1 only
         [ "${RESIDENT_PLAN:-t0}" = c1 ] && graph_bs=1
-        resident ddtree-b255 12000 DDTREE 255 && resident ddtree-b63 12100 DDTREE 63 && resident ddtree-b15 12200 DDTREE 15 \
-          && resident dflash 12300 DFLASH 0 && resident ar 12400 AR 0 || echo "resident: a server did not start"
-        for port in 12000 12100 12200 12300 12400; do  # up to 10 minutes for the slowest (Triton compiles)
+        # RESIDENT: the servers, started in this order (default all five; an H100's 80 GB holds three, e.g.
+        # RESIDENT="b63 dflash ar"); each has a fixed port, and the sweeps run the budgets of those started
+        urls="" budgets="" ports=""
+        for name in ${RESIDENT:-b255 b63 b15 dflash ar}; do
+          case $name in
+          ar) port=12400 && resident ar $port AR 0 && urls=$urls,ar=http://127.0.0.1:$port ;;
+          dflash) port=12300 && resident dflash $port DFLASH 0 && urls=$urls,dflash=http://127.0.0.1:$port ;;
+          b15|b63|b255) port=$((12000 + 100 * $(case $name in b255) echo 0 ;; b63) echo 1 ;; *) echo 2 ;; esac))) \
+            && resident "ddtree-$name" $port DDTREE "${name#b}" && urls=$urls,ddtree=http://127.0.0.1:$port \
+            && budgets=$budgets,${name#b} ;;
+          *) echo "resident: unknown server $name (ar, dflash, b15, b63, b255)"; false ;;
+          esac || { echo "resident: $name did not start"; break; }
+          ports="$ports $port"
+        done
+        urls=${urls#,} budgets=$(tr , '\n' <<< "${budgets#,}" | sort -n | paste -sd, -)
+        for port in $ports; do  # up to 10 minutes for the slowest (Triton compiles)
           timeout 600 bash -c "until python3 -c \"import httpx, sys; sys.exit(httpx.get('http://127.0.0.1:$port/health').status_code != 200)\" \
             2> /dev/null; do sleep 3; done" || echo "resident: no server on $port"
-          [ "$port" -le 12200 ] && urls=$urls,ddtree=http://127.0.0.1:$port
         done
         nvidia-smi > "$R/logs/nvidia-smi-resident.txt"
-        for port in 12000 12100 12200 12300 12400; do  # what each says of itself (ddbench.harness.remote reads these)
+        for port in $ports; do  # what each says of itself (ddbench.harness.remote reads these)
           for path in model_info server_info; do
             python3 -c "import httpx; print(httpx.get('http://127.0.0.1:$port/$path').text)" > "$R/logs/$path-$port.json"
           done
@@ -397,7 +409,8 @@ sweeps)
         PMON=$!
         resweep() {  # resweep NAME ARGS..: the resident config against running servers
           local name=$1; shift
-          python3 -m ddbench sweep --config testbed8b-h200-resident --data-dir "$W/data" --out "$R/$name" "$@"
+          python3 -m ddbench sweep --config testbed8b-h200-resident --data-dir "$W/data" --out "$R/$name" \
+            ${budgets:+--budgets "$budgets"} "$@"
           echo "8b-resident $name rc=$?" >> "$W/done"
         }
         case ${RESIDENT_PLAN:-t0} in
@@ -424,7 +437,8 @@ sweeps)
         # with the b63 and b255 servers stopped: do two fewer idle servers change AR's, DFLASH's and b15's cells?
         while read -r name pid; do case $name in ddtree-b63|ddtree-b255) kill -- -"$pid" 2> /dev/null ;; esac; done < "$R/pids"
         sleep 10 && nvidia-smi > "$R/logs/nvidia-smi-three.txt"
-        three=(--url "${urls%%,ddtree=*},ddtree=http://127.0.0.1:12200" --budgets 15 --datasets gsm8k --repeats 1)
+        three=(--url "ar=http://127.0.0.1:12400,dflash=http://127.0.0.1:12300,ddtree=http://127.0.0.1:12200" --budgets 15
+               --datasets gsm8k --repeats 1)
         resweep three-c1 "${three[@]}" --concurrency 1 --num-prompts 32
         resweep three-load "${three[@]}" --concurrency 16
         while read -r name pid; do kill -- -"$pid" 2> /dev/null; done < "$R/pids" ;;
