@@ -502,7 +502,12 @@ def _validate(config: SweepConfig) -> None:
         raise ValueError(f"methods must include ar and dflash, out of {', '.join(METHODS)}; got {list(config.methods)}")
     if not config.budgets or any(b != AUTO_BUDGET and not (type(b) is int and b >= 1) for b in config.budgets):
         raise ValueError(f"--budgets takes integers >= 1 or {AUTO_BUDGET}, got {list(config.budgets)}")
-    if AUTO_BUDGET in config.budgets and "ddtree" in config.methods and (refusal := auto_budget_refusal(config.engine)):
+    if (
+        AUTO_BUDGET in config.budgets
+        and "ddtree" in config.methods
+        and not config.url  # running servers: each says whether it serves auto (harness.remote)
+        and (refusal := auto_budget_refusal(config.engine))
+    ):
         raise ValueError(f"--budgets {AUTO_BUDGET}: {refusal}")
     if any(depth is not None and depth < 1 for depth in config.depths) or not config.depths:
         raise ValueError(f"depths must be >= 1, got {list(config.depths)}")

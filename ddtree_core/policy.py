@@ -102,10 +102,23 @@ def choose_budget(
     `overhead_ms` is the round's time outside the verify (the draft, the tree), the same at every budget."""
     running, columns = expected.shape
     totals = expected.sum(dim=0).tolist()
-    best, best_rate = None, -1.0
-    for budget in sorted(budgets):
+    for budget in budgets:
         if budget >= columns:
             raise ValueError(f"budget {budget} exceeds the trees' {columns - 1} nodes")
+    return best_budget(running, {b: totals[b] for b in budgets}, cost, block_size, calibration, overhead_ms)
+
+
+def best_budget(
+    running: int,
+    totals: dict[int, float],
+    cost: CostTable,
+    block_size: int,
+    calibration: float = 1.0,
+    overhead_ms: float = 0.0,
+) -> int:
+    """`choose_budget` from the expected accepted nodes summed over the running requests, per budget."""
+    best, best_rate = None, -1.0
+    for budget in sorted(totals):
         round_ms = overhead_ms + cost(running * verify_width(budget, block_size))
         rate = (running + calibration * totals[budget]) / round_ms
         if rate > best_rate * (1 + 1e-9):
@@ -171,3 +184,61 @@ class AutoBudget:
         if predicted > 0:
             ratio = min(2.0, max(0.05, accepted / predicted))
             self.calibration += (1.0 - self.decay) * (ratio - self.calibration)
+
+
+@dataclass
+class LaggedAuto:
+    """`budget=auto` where a round's budget must be fixed before its trees exist (the SGLang plugin: the budget
+    picks the verify CUDA graph, and the host never waits for the device).
+
+    Each round of R running requests takes the budget of `budgets` with the most expected tokens per ms
+    (`best_budget`), pricing budget b with R * mean_b, where mean_b is the running mean, over recent request
+    rounds, of the expected accepted nodes at b of trees built at the largest budget (`expected_accepts`
+    columns, which the device computes every round and the host reads with the round's results, a round late),
+    times `calibration`: realised over predicted accepted nodes at the budgets the rounds took (running sums).
+    Until a round is observed every mean is 0 and the smallest budget wins: the chain-sized tree.
+    `observe` weighs each request round 1 - decay; the means are divided by the weights' sum, so the first
+    round counts in full rather than as 1 - decay of a zero start.
+
+    Example: budgets (15, 63) on the module docstring's curve: no rounds seen -> 15; after rounds whose trees
+    expect 2.5 nodes at 15 and 3.1 at 63 (and accept as predicted), one request -> 63, sixteen -> 15.
+    """
+
+    cost: CostTable
+    budgets: tuple[int, ...]
+    block_size: int
+    decay: float = 0.98
+    overhead_ms: float = 0.0
+    means: dict[int, float] | None = None  # per budget, before dividing by `weight`
+    weight: float = 0.0  # the running sum of the observations' weights
+    accepted: float = 0.0  # running sums behind the calibration
+    predicted: float = 0.0
+
+    def __post_init__(self):
+        if not self.budgets or min(self.budgets) < 0:
+            raise ValueError(f"auto needs budgets >= 0, got {self.budgets}")
+        self.budgets = tuple(sorted(set(self.budgets)))
+        if self.means is None:
+            self.means = {b: 0.0 for b in self.budgets}
+
+    @property
+    def calibration(self) -> float:
+        return min(2.0, max(0.05, self.accepted / self.predicted)) if self.predicted > 0 else 1.0
+
+    def choose(self, running: int) -> int:
+        """The budget of a round of `running` requests."""
+        scale = 1.0 / self.weight if self.weight > 0 else 0.0
+        totals = {b: running * mean * scale for b, mean in self.means.items()}
+        return best_budget(running, totals, self.cost, self.block_size, self.calibration, self.overhead_ms)
+
+    def observe(self, expected: Sequence[float], used: int, accepted: int) -> None:
+        """One request's round: `expected` accepted nodes at each of `budgets` (its tree at the largest), the
+        budget the round took and the nodes it accepted (bonus excluded)."""
+        if len(expected) != len(self.budgets):
+            raise ValueError(f"expected {len(self.budgets)} values (one per budget), got {len(expected)}")
+        for budget, value in zip(self.budgets, expected):
+            self.means[budget] = self.decay * self.means[budget] + (1.0 - self.decay) * float(value)
+        self.weight = self.decay * self.weight + (1.0 - self.decay)
+        if used in self.means:
+            self.accepted = self.decay * self.accepted + accepted
+            self.predicted = self.decay * self.predicted + float(expected[self.budgets.index(used)])

@@ -74,6 +74,29 @@ class DraftTree:
         """N + 1: the number of verify positions per request, root included."""
         return self.parents.shape[1]
 
+    def prefix(self, budget: int) -> DraftTree:
+        """The trees cut to their first `budget` nodes, i.e. width budget + 1; self where it is not wider.
+
+        A best-first tree's first b pops do not depend on what it pops later (a node enters the heap only when
+        its parent or its next-higher-ranked sibling pops), so the cut is the tree `build_tree` builds at budget
+        b from the same top-K lists: one tree built at the largest budget serves every smaller one.
+        Example: a tree of nodes [root, a, b, a1] (parents [-1, 0, 0, 1]) cut to 2 is [root, a, b], num_nodes 2.
+        """
+        if budget < 0:
+            raise ValueError(f"a tree prefix needs budget >= 0, got {budget}")
+        if budget + 1 >= self.width:
+            return self
+        width = budget + 1
+        return DraftTree(
+            token_ids=self.token_ids[:, :budget].contiguous(),
+            parents=self.parents[:, :width].contiguous(),
+            depths=self.depths[:, :width].contiguous(),
+            num_nodes=self.num_nodes.clamp(max=budget),
+            scores=self.scores[:, :width].contiguous(),
+            ranks=self.ranks[:, :width].contiguous(),
+            max_depth=self.max_depth,
+        )
+
 
 @dataclass(frozen=True)
 class TreeWalk:

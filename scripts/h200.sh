@@ -68,7 +68,9 @@
 #               T = 1 instead (the same servers, 1 / 4 / 16 in flight, three passes), no control; RESIDENT_PLAN=c1: the
 #               three datasets greedy at 1 in flight only (MT-Bench first), three passes, no control, CUDA graphs
 #               for batch 1 only (a b255 server captures its graphs in ~10 s instead of ~90)
-#               RESIDENT names the servers (default "b255 b63 b15 dflash ar"; three fit an H100's 80 GB)
+#               RESIDENT names the servers (default "b255 b63 b15 dflash ar"; three fit an H100's 80 GB); `auto`
+#               is a DDTree server of SGLANG_DDTREE_BUDGET=auto:15,31,63 priced by configs/cost/testbed8b-h200.json,
+#               whose cells are budget auto (put it last: a server that fails to start is skipped)
 #   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.testbed.synth's) from an AR
 #               server, a drafter per depth in LAYERS trained on them, each one's simulated acceptance
 #               (ddbench.model.accept) on greedy answers to the held-out prompts, beside the bundled drafter's
@@ -376,13 +378,14 @@ sweeps)
             --sampling-backend pytorch --grammar-backend none --cuda-graph-max-bs "$graph_bs" --disable-prefill-cuda-graph \
             --mem-fraction-static "$frac" > "$R/logs/$name.log" 2>&1 &
           echo "$name $!" >> "$R/pids"
+          pid_of[$port]=$!
           until grep -qi "cuda graph end" "$R/logs/$name.log"; do sleep 2; kill -0 $! 2> /dev/null || return 1; done
         }
         graph_bs=16  # decode/verify CUDA graphs for 1-16 running requests; the one-request plan captures batch 1 only
         [ "${RESIDENT_PLAN:-t0}" = c1 ] && graph_bs=1
         # RESIDENT: the servers, started in this order (default all five; an H100's 80 GB holds three, e.g.
         # RESIDENT="b63 dflash ar"); each has a fixed port, and the sweeps run the budgets of those started
-        urls="" budgets="" ports=""
+        urls="" budgets="" ports="" && declare -A pid_of
         for name in ${RESIDENT:-b255 b63 b15 dflash ar}; do
           case $name in
           ar) port=12400 && resident ar $port AR 0 && urls=$urls,ar=http://127.0.0.1:$port ;;
@@ -390,15 +393,24 @@ sweeps)
           b15|b63|b255) port=$((12000 + 100 * $(case $name in b255) echo 0 ;; b63) echo 1 ;; *) echo 2 ;; esac))) \
             && resident "ddtree-$name" $port DDTREE "${name#b}" && urls=$urls,ddtree=http://127.0.0.1:$port \
             && budgets=$budgets,${name#b} ;;
-          *) echo "resident: unknown server $name (ar, dflash, b15, b63, b255)"; false ;;
-          esac || { echo "resident: $name did not start"; break; }
+          auto) port=12500 && SGLANG_DDTREE_COST_TABLE=$W/repo/configs/cost/testbed8b-h200.json \
+            resident ddtree-auto $port DDTREE auto:15,31,63 && urls=$urls,ddtree=http://127.0.0.1:$port ;;
+          *) echo "resident: unknown server $name (ar, dflash, b15, b63, b255, auto)"; false ;;
+          esac || { echo "resident: $name did not start; going on without it"; continue; }
           ports="$ports $port"
         done
         urls=${urls#,} budgets=$(tr , '\n' <<< "${budgets#,}" | sort -n | paste -sd, -)
-        for port in $ports; do  # up to 10 minutes for the slowest (Triton compiles)
+        [[ " $ports " == *" 12500 "* ]] && budgets=${budgets:+$budgets,}auto
+        live=""
+        for port in $ports; do  # up to 10 minutes for the slowest (Triton compiles); a server that died is dropped
           timeout 600 bash -c "until python3 -c \"import httpx, sys; sys.exit(httpx.get('http://127.0.0.1:$port/health').status_code != 200)\" \
-            2> /dev/null; do sleep 3; done" || echo "resident: no server on $port"
+            2> /dev/null; do kill -0 ${pid_of[$port]} || exit 1; sleep 3; done" && live="$live $port" || echo "resident: no server on $port"
         done
+        if [ "$live" != "$ports" ]; then  # the sweeps go to the servers that answer
+          for port in $ports; do [[ " $live " == *" $port "* ]] || urls=$(tr , '\n' <<< "$urls" | grep -v ":$port\$" | paste -sd, -); done
+          [[ " $live " == *" 12500 "* ]] || budgets=${budgets%,auto}
+          ports=$live
+        fi
         nvidia-smi > "$R/logs/nvidia-smi-resident.txt"
         for port in $ports; do  # what each says of itself (ddbench.harness.remote reads these)
           for path in model_info server_info; do

@@ -6,7 +6,9 @@ Reads each folder's summary_repeats.csv (medians over repeats, as `ddbench repor
 one markdown row per dataset, temperature and concurrency: AR's tokens/s, DFLASH's and each DDTree
 budget's, tau in brackets, "(n=K)" where a setting has fewer finished repeats than the most in its
 folder; then the best DDTree budget by tokens/s, its median's ratio to DFLASH's median (with the bound
-min/max .. max/min over the repeats in brackets) and to AR's. Example row:
+min/max .. max/min over the repeats in brackets) and to AR's. Where the folders hold budget-auto cells
+(SGLANG_DDTREE_BUDGET=auto), an `auto` column follows the budgets, and two more the rows: auto's median over
+DFLASH's (bound as above) and over the best fixed budget's. Example row:
 
 | gsm8k | 0 | 1 | 210.4 | 313.8 (2.12) | 359.8 (2.60) | **386.4** (3.02) | 310.3 (3.37) | b63 | 1.23 (1.21-1.25) | 1.84
 """
@@ -45,21 +47,36 @@ def main(folders: list[str]) -> None:
     for folder in folders:
         for row in rows(folder):
             key = (row["dataset"], float(row["temperature"]), int(row["concurrency"]))
-            points[key][row["method"] if row["method"] != "ddtree" else int(row["budget"])] = row
+            budget = row["budget"]
+            points[key][row["method"] if row["method"] != "ddtree" else budget if budget == "auto" else int(budget)] = (
+                row
+            )
     budgets = sorted({name for point in points.values() for name in point if isinstance(name, int)})
-    head = ["dataset", "T", "in flight", "AR", "DFLASH", *(f"b{b}" for b in budgets)]
-    head += ["best", "best / DFLASH (bound)", "best / AR"]
+    auto = any("auto" in point for point in points.values())
+    head = ["dataset", "T", "in flight", "AR", "DFLASH", *(f"b{b}" for b in budgets), *(["auto"] if auto else [])]
+    head += ["best", "best / DFLASH (bound)", "best / AR", *(["auto / DFLASH (bound)", "auto / best"] if auto else [])]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for (dataset, temperature, concurrency), point in sorted(points.items()):
         best = max((b for b in budgets if b in point), key=lambda b: tps(point[b]))
         top, dflash, ar = point[best], point["dflash"], point["ar"]
-        low = tps(top, "tokens_per_s_min") / tps(dflash, "tokens_per_s_max")
-        high = tps(top, "tokens_per_s_max") / tps(dflash, "tokens_per_s_min")
         cells = [dataset, f"{temperature:g}", str(concurrency), cell(ar, False), cell(dflash, False)]
-        cells += [cell(point.get(b), b == best) for b in budgets]
-        cells += [f"b{best}", f"{tps(top) / tps(dflash):.2f} ({low:.2f}-{high:.2f})", f"{tps(top) / tps(ar):.2f}"]
+        cells += [cell(point.get(b), b == best) for b in budgets] + ([cell(point.get("auto"), False)] if auto else [])
+        cells += [f"b{best}", ratio(top, dflash), f"{tps(top) / tps(ar):.2f}"]
+        if auto:
+            cells += (
+                [ratio(point["auto"], dflash), f"{tps(point['auto']) / tps(top):.2f}"]
+                if "auto" in point
+                else ["-", "-"]
+            )
         print("| " + " | ".join(cells) + " |")
+
+
+def ratio(row: dict, base: dict) -> str:
+    """'1.23 (1.21-1.25)': the medians' ratio, and the slowest / fastest .. fastest / slowest repeats'."""
+    low = tps(row, "tokens_per_s_min") / tps(base, "tokens_per_s_max")
+    high = tps(row, "tokens_per_s_max") / tps(base, "tokens_per_s_min")
+    return f"{tps(row) / tps(base):.2f} ({low:.2f}-{high:.2f})"
 
 
 if __name__ == "__main__":

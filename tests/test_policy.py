@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from ddtree_core.policy import CostTable, choose_budget, expected_accepts, verify_width
+from ddtree_core.policy import CostTable, LaggedAuto, choose_budget, expected_accepts, verify_width
 from ddtree_core.tree import build_tree
 
 COST = CostTable((16, 64, 256), (6.0, 6.5, 10.0))
@@ -58,3 +58,32 @@ def test_flat_cost_takes_the_largest_tree_and_proportional_cost_the_smallest():
     assert choose_budget(expected, [15, 63], COST, block_size=16, calibration=0.0) == 15  # nothing expected
     with pytest.raises(ValueError, match="exceeds"):
         choose_budget(expected, [65], flat, block_size=8)
+
+
+def test_lagged_auto_starts_at_the_chain_and_follows_what_rounds_expect():
+    """The module docstring's curve: nothing seen -> the smallest budget; rounds that expect 2.5 / 3.1 / 3.4 nodes
+    at 15 / 63 / 255 and accept as predicted -> 63 at one request, 15 at sixteen; rounds that accept nothing
+    (calibration at its floor, 0.05) -> 15 at one request too."""
+    policy = LaggedAuto(COST, (63, 15, 255), block_size=16)
+    assert policy.budgets == (15, 63, 255) and policy.choose(1) == 15 and policy.calibration == 1.0
+    policy.observe([2.5, 3.1, 3.4], used=15, accepted=2)
+    assert policy.means[63] / policy.weight == pytest.approx(3.1)  # one round counts in full
+    for _ in range(300):
+        policy.observe([2.5, 3.1, 3.4], used=63, accepted=3)
+    assert policy.means[63] / policy.weight == pytest.approx(3.1) and policy.calibration == pytest.approx(
+        3 / 3.1, rel=1e-3
+    )
+    assert policy.choose(1) == 63 and policy.choose(16) == 15
+    for _ in range(300):
+        policy.observe([2.5, 3.1, 3.4], used=63, accepted=0)
+    assert policy.calibration == 0.05 and policy.choose(1) == 15
+    with pytest.raises(ValueError, match="one per budget"):
+        policy.observe([1.0], used=15, accepted=1)
+
+
+def test_lagged_auto_observes_budgets_it_did_not_take():
+    """A round at 15 still prices 63 from the tree built at 63, so the policy can leave the chain."""
+    policy = LaggedAuto(COST, (15, 63), block_size=16)
+    for _ in range(200):
+        policy.observe([2.5, 3.1], used=15, accepted=2)  # realised 2 of 2.5 predicted at the budget taken
+    assert policy.calibration == pytest.approx(0.8) and policy.choose(1) == 63

@@ -114,6 +114,7 @@ def test_info_keys():
         "ddtree_hold_chain": False,
         "ddtree_tree_depth": 8,
         "ddtree_verify_width": 64,
+        "ddtree_auto_budgets": [],
     }
 
 
@@ -229,3 +230,41 @@ def test_held_trees_through_request_limits():
     assert tree.token_ids[0, :3].tolist() == chain and tree.depths[0, :4].tolist() == [0, 1, 2, 3]
     assert int(tree.depths[0].max()) == 3
     assert tree.parents[1].tolist() == plain.parents[1].tolist()
+
+
+@pytest.mark.parametrize(
+    "value, budgets, widths",
+    [("auto", (15, 31, 63), (16, 32, 64)), (" AUTO:63,15 ", (15, 63), (16, 64)), ("auto:15", (15,), (16,))],
+)
+def test_auto_budgets_from_the_environment(value, budgets, widths):
+    settings = ServerSettings.from_env({"SGLANG_DDTREE_BUDGET": value}, 16)
+    assert settings.auto and settings.auto_budgets == budgets and settings.verify_widths == widths
+    assert settings.tree.budget == budgets[-1] and settings.verify_width == widths[-1] and not settings.tree.auto
+    assert settings.info()["ddtree_auto_budgets"] == list(budgets)
+    assert server(budget=63).verify_widths == (64,) and not server(budget=63).auto
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        ("auto:7,63", r"SGLANG_DDTREE_BUDGET=auto needs increasing budgets >= 15 \(the block's\), got 7,63"),
+        ("auto:x", r"SGLANG_DDTREE_BUDGET must be an integer, auto or auto:B1,B2,\.\., got 'auto:x'"),
+        ("auto:", "SGLANG_DDTREE_BUDGET must be an integer, auto or"),
+        ("autox", "SGLANG_DDTREE_BUDGET must be an integer, got 'autox'"),
+    ],
+)
+def test_bad_auto_budgets(value, match):
+    with pytest.raises(DDTreeConfigError, match=match):
+        ServerSettings.from_env({"SGLANG_DDTREE_BUDGET": value}, 16)
+
+
+def test_requests_on_an_auto_server():
+    """A budget of "auto" is taken on an auto server (its default trees) and refused elsewhere; an int caps a
+    request's tree whatever the round's budget."""
+    auto = ServerSettings.from_env({"SGLANG_DDTREE_BUDGET": "auto"}, 16)
+    assert auto.request_settings({"ddtree_budget": "auto"}) == auto.request_defaults()
+    assert auto.request_settings({"ddtree_budget": 20}).budget == 20
+    with pytest.raises(DDTreeConfigError, match=r"ddtree_budget must be an int in \[0, 63\].*or \"auto\""):
+        auto.request_settings({"ddtree_budget": "Auto"})
+    with pytest.raises(DDTreeConfigError, match=r"ddtree_budget must be an int in \[0, 63\] \(the server's budget\)"):
+        server(budget=63).request_settings({"ddtree_budget": "auto"})

@@ -271,6 +271,32 @@ def test_round_rows_reach_meta_info_as_the_summary():
     assert meta_info["ddtree_num_rounds"] == 2
 
 
+def test_round_budgets_reach_meta_info_and_feed_the_auto_policy():
+    """An auto server's rounds: each request-round's expectations go to the installed policy, and a finished
+    request's meta_info counts its rounds per budget."""
+    from ddtree_core.policy import CostTable, LaggedAuto
+    from ddtree_core.sglang import auto
+
+    topk, tree, walk = stats_round()
+    rows = round_stats_rows(tree, walk, topk)
+    expected = torch.tensor([[1.0, 2.0]] * rows.shape[0])
+    policy = LaggedAuto(CostTable((16,), (1.0,)), (15, 63), 16)
+    auto.install(policy)
+    try:
+        req = FakeReq()
+        for budget in (63, 15, 63):
+            req.output_ids += [2, 3]
+            req.finished_len = len(req.output_ids) if budget == 63 and len(req.output_ids) > 3 else None
+            result = SimpleNamespace(ddtree_stats=rows, ddtree_budget=budget, ddtree_expected=expected)
+            plugin._collect_round(None, None, req, None, result, 0, None)
+    finally:
+        auto.install(None)
+    assert policy.means[63] / policy.weight == pytest.approx(2.0) and policy.predicted > 0
+    meta_info = {plugin.BUDGETS_KEY: req.customized_info[plugin.BUDGETS_KEY]}
+    plugin._add_summary(None, None, meta_info, None, 0)
+    assert meta_info == {plugin.BUDGET_HISTOGRAM: {"63": 2, "15": 1}}
+
+
 def test_hooks_leave_other_results_alone():
     req = FakeReq()
     plugin._collect_round(None, None, req, None, SimpleNamespace(), 0, None)

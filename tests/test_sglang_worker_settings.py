@@ -100,21 +100,29 @@ def test_worker_builds_before_the_kv_pool_exists(monkeypatch):
     assert width == (16 if compat.worker_api() == "legacy" else 64)  # 0.5.15: the draft copy of the args
 
 
-def test_decode_round_wires_the_round_functions(monkeypatch):
+@pytest.mark.parametrize("auto", [False, True], ids=["fixed", "auto"])
+def test_decode_round_wires_the_round_functions(monkeypatch, auto):
     """One decode round on the CPU with SGLang's model calls stubbed: the block, KV slots, tree, verify
-    inputs, walk, KV move and draft-KV commit reach each other as the torch composition says they should."""
+    inputs, walk, KV move and draft-KV commit reach each other as the torch composition says they should.
+    auto: budgets (3, 5) of a block of 4, and a policy that has seen nothing, so the round takes budget 3: the tree
+    built at 5 is cut to 3 nodes, and the round verifies and commits at width 4 with the width-4 verify state."""
     import torch
 
+    from ddtree_core.policy import CostTable, LaggedAuto
+    from ddtree_core.sglang import auto as auto_module
     from ddtree_core.sglang import rounds
     from ddtree_core.sglang.profile import StageTimer
 
-    server = ServerSettings(block_size=4, tree=TreeSettings(5, 3, 1.0))  # W = 6, D = 3
-    bs, vocab, hidden, width = 2, 40, 8, server.verify_width
+    server = ServerSettings(block_size=4, tree=TreeSettings(5, 3, 1.0), auto_budgets=(3, 5) if auto else ())
+    policy = LaggedAuto(CostTable((1,), (1.0,)), (3, 5), 4) if auto else None
+    budget = 3 if auto else 5
+    bs, vocab, hidden, width = 2, 40, 8, max(budget + 1, server.block_size)  # W = 6 (auto: 4), D = 3
     generator = torch.Generator().manual_seed(0)
     draft_logits = torch.randn(bs, server.tree_depth, vocab, generator=generator) * 3
     verify_logits = torch.randn(bs * width, vocab, generator=generator)
     # The target follows each tree through its last-numbered children, so the path's KV pairs are no identities.
-    _, tree = rounds.draft_tree(draft_logits, server, None, impl="torch")
+    _, full_tree = rounds.draft_tree(draft_logits, server, None, impl="torch")
+    tree = full_tree.prefix(budget)
     for b in range(bs):
         node, parents = 0, tree.parents[b].tolist()
         while children := [c for c, p in enumerate(parents) if p == node]:
@@ -128,8 +136,8 @@ def test_decode_round_wires_the_round_functions(monkeypatch):
         seen.update(block_ids=block_ids, block_positions=positions, block_loc=block_loc, draft_plan=plan)
         return torch.zeros(bs, server.block_size, hidden), False
 
-    def verify(batch, draft_input, inputs, plan):
-        seen.update(verify=inputs, out_cache_loc=batch.out_cache_loc, verify_plan=plan)
+    def verify(batch, draft_input, inputs, plan, verify_width):
+        seen.update(verify=inputs, out_cache_loc=batch.out_cache_loc, verify_plan=plan, verify_width=verify_width)
         return SimpleNamespace(next_token_logits=verify_logits.clone(), hidden_states=verify_hidden), True
 
     def append(**kwargs):
@@ -148,7 +156,7 @@ def test_decode_round_wires_the_round_functions(monkeypatch):
     fake = SimpleNamespace(
         settings=server, _timer=StageTimer(0, "cpu"), _draft_head=None, block_size=server.block_size,
         _mask_token_id=39, device="cpu", _tail_impl="torch", _kv_mover=None, tp_rank=0, _target_tp_rank=0,
-        _warned_request_settings=False,
+        _warned_request_settings=False, _auto=policy, _verify_states={},
         model_runner=SimpleNamespace(
             req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
             token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: pool), kv_index_translator=translator,
@@ -171,6 +179,9 @@ def test_decode_round_wires_the_round_functions(monkeypatch):
     # what the round must have computed, from the same inputs through the torch composition
     slots = torch.stack([req_to_token[p, s : s + width] for p, s in zip(pools.tolist(), prefix.tolist())]).long()
     topk, tree = rounds.draft_tree(draft_logits, server, None, impl="torch")
+    if auto:
+        expected = auto_module.expected_at(tree, (3, 5))
+        tree = tree.prefix(budget)
     verify_inputs = rounds.verify_batch(tree, bonus, prefix, 16, impl="torch")
     target = verify_logits.view(bs, width, vocab).argmax(-1)
     walk, path, stats = rounds.round_tail(tree, target, topk, prefix, cache_loc=slots, impl="torch")
@@ -196,3 +207,10 @@ def test_decode_round_wires_the_round_functions(monkeypatch):
     assert torch.equal(result.accept_lens, path.commit_lens) and torch.equal(result.ddtree_stats, stats)
     assert torch.equal(result.next_draft_input["bonus_tokens"], walk.bonus)
     assert result.speculative_num_draft_tokens == server.tree_depth + 1
+    assert seen["verify_width"] == width and tuple(seen["verify"].tokens.shape) == (bs, width)
+    assert result.ddtree_budget == budget
+    if auto:
+        assert tree.width == 4 and torch.equal(result.ddtree_expected, expected)
+        assert result.ddtree_expected.shape == (bs, 2) and bool((result.ddtree_expected[:, 1] >= expected[:, 0]).all())
+    else:
+        assert result.ddtree_expected is None

@@ -99,6 +99,28 @@ def test_draft_temperature_rescales_log_probs():
     assert torch.allclose(topk.log_probs, expected)
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("hold_chain", [False, True])
+@pytest.mark.parametrize("kind", ["normal", "ties", "sharp"])
+def test_a_prefix_is_the_tree_of_the_smaller_budget(impl, hold_chain, kind):
+    """DraftTree.prefix(b) of a tree built at N equals the tree built at b (top-K of b, per-request budgets
+    capped at b): the plugin builds once at its largest budget and cuts each round to the chosen one."""
+    generator = torch.Generator().manual_seed(7)
+    logits = make_logits(4, 6, 50, kind, generator)
+    budgets = torch.tensor([40, 3, 17, 0])
+    big = build_tree(logits, budgets, max_depth=5, hold_chain=hold_chain, impl=impl)
+    assert big.width == 41
+    for b in (0, 1, 2, 7, 15, 16, 39):
+        small = build_tree_from_topk(
+            draft_topk(logits, max(1, b)), budgets.clamp(max=b), max_depth=5, max_budget=b, hold_chain=hold_chain,
+            impl=impl,
+        )  # fmt: skip
+        assert_same(big.prefix(b), small)
+    assert big.prefix(40) is big and big.prefix(64) is big
+    with pytest.raises(ValueError, match="budget >= 0"):
+        big.prefix(-1)
+
+
 def test_bad_arguments():
     logits = torch.randn(2, 4, 9)
     with pytest.raises(ValueError, match="budget"):

@@ -21,7 +21,10 @@ and `describe` reads the two documents as a `RemoteServer`:
 
 A DDTREE server serves every DDTree cell up to its widths through per-request custom_params, and the
 budget `auto` (chosen by the server each round, up to its own budget) where its engine serves it
-(config.auto_budget_refusal); an AR or DFLASH server serves the cells of its method (`refusal`).
+(config.auto_budget_refusal). Our SGLang plugin chooses per round only when started with
+SGLANG_DDTREE_BUDGET=auto (server_info ddtree_auto_budgets): such a server serves budget-auto cells and no
+others (its rounds take their own widths), every other DDTREE server the fixed budgets alone. An AR or DFLASH
+server serves the cells of its method (`refusal`).
 
 Worked example: our SGLang plugin started with SGLANG_DDTREE_BUDGET=63 on a block-16 drafter answers
 /server_info with SGLang's ServerArgs and, among them, {"speculative_algorithm": "DDTREE",
@@ -70,6 +73,7 @@ class RemoteServer:
     max_budget: int | None  # ddtree: the largest per-request budget; None for ar and dflash
     max_depth: int | None  # ddtree: the deepest per-request depth limit; None for ar and dflash
     settings: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+    auto_budgets: tuple[int, ...] = ()  # an SGLang DDTREE server's ddtree_auto_budgets: it chooses among them
 
     @property
     def label(self) -> str:
@@ -86,10 +90,14 @@ class RemoteServer:
             return None
         depth = self.block_size - 1 if cell.max_depth is None else cell.max_depth
         if cell.budget == AUTO_BUDGET:
-            if refusal := auto_budget_refusal(self.engine):
+            if self.engine == "sglang" and not self.auto_budgets:
+                return f"budget {AUTO_BUDGET} needs a server started with SGLANG_DDTREE_BUDGET=auto"
+            if self.engine != "sglang" and (refusal := auto_budget_refusal(self.engine)):
                 return f"budget {AUTO_BUDGET}: {refusal}"
             if self.max_budget < 1:
                 return f"budget {AUTO_BUDGET} needs a server budget >= 1, not {self.max_budget}"
+        elif self.auto_budgets:
+            return f"serves budget {AUTO_BUDGET} only (its rounds choose among {list(self.auto_budgets)})"
         elif cell.budget > self.max_budget:
             return f"budget {cell.budget} > {self.max_budget}"
         if depth > self.max_depth:
@@ -136,6 +144,7 @@ def describe(url: str, model_info: dict[str, Any], server_info: dict[str, Any]) 
         max_budget=budget,
         max_depth=depth,
         settings=settings,
+        auto_budgets=tuple(server_info.get("ddtree_auto_budgets") or ()) if method == "ddtree" else (),
     )
 
 

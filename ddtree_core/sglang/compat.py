@@ -91,6 +91,59 @@ def draft_width(block: int):
     return get_spec().override(speculative_num_draft_tokens=int(block))
 
 
+@contextlib.contextmanager
+def target_width(model_runner, width: int):
+    """Scope in which the target's runners read `width` as their verify width, while `auto` builds the attention
+    backend and verify CUDA graphs of a width below the server's W: the server args' speculative_num_draft_tokens
+    (LEGACY; the cached max_speculative_num_draft_tokens keeps W) or the spec bag's (CURRENT)."""
+    if worker_api() != "legacy":
+        with draft_width(width):
+            yield
+        return
+    args = model_runner.server_args
+    saved, cached = args.speculative_num_draft_tokens, "max_speculative_num_draft_tokens" in args.__dict__
+    args.speculative_num_draft_tokens = int(width)
+    try:
+        yield
+    finally:
+        args.speculative_num_draft_tokens = saved
+        if not cached:
+            args.__dict__.pop("max_speculative_num_draft_tokens", None)
+
+
+def build_verify_state(model_runner, width: int):
+    """(attention backend, verify CUDA graph runner or None) of the target at verify width `width`, built as
+    SGLang builds its adaptive speculation states (a backend with its own workspace, a DecodeCudaGraphRunner
+    given that backend and width), graphs only where the target captured its own."""
+    with target_width(model_runner, width):
+        saved = getattr(model_runner, "init_new_workspace", False)
+        try:
+            backend = model_runner._get_attention_backend(init_new_workspace=True)
+        finally:
+            model_runner.init_new_workspace = saved
+        runner = None
+        if model_runner.decode_cuda_graph_runner is not None:
+            from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
+
+            runner = DecodeCudaGraphRunner(model_runner, attn_backend=backend, speculative_num_draft_tokens=int(width))
+    return backend, runner
+
+
+@contextlib.contextmanager
+def verify_state(model_runner, state):
+    """The target's attention backend and verify graph runner swapped for `state`'s (None: unchanged) during one
+    verify (SGLang's prepare_for_verify and forward read both from the model runner)."""
+    if state is None:
+        yield
+        return
+    saved = model_runner.attn_backend, model_runner.decode_cuda_graph_runner
+    model_runner.attn_backend, model_runner.decode_cuda_graph_runner = state
+    try:
+        yield
+    finally:
+        model_runner.attn_backend, model_runner.decode_cuda_graph_runner = saved
+
+
 def tp_rank(worker) -> int:
     """The worker's (target) tensor-parallel rank."""
     return worker.tp_rank if worker_api() == "legacy" else worker._target_tp_rank

@@ -3,7 +3,11 @@
 Server-wide, read from the environment (SGLang's spawned scheduler processes inherit it, and
 `ServerArgs` cannot grow new CLI fields from a plugin):
 
-    SGLANG_DDTREE_BUDGET             non-root tree nodes N, default block_size - 1
+    SGLANG_DDTREE_BUDGET             non-root tree nodes N, default block_size - 1; or `auto` (budgets
+                                     block_size - 1, 2 * block_size - 1 and 4 * block_size - 1: 15, 31, 63
+                                     for a block of 16) or `auto:15,63`: each round verifies at one of these
+                                     budgets, chosen from the running requests (ddtree_core.sglang.auto);
+                                     N is then the largest
     SGLANG_DDTREE_MAX_DEPTH          depth limit, 1 .. block_size - 1, default block_size - 1
     SGLANG_DDTREE_DRAFT_TEMPERATURE  divides the drafter's logits before the top-K log-probs, default 1.0
     SGLANG_DDTREE_TOP_K              K, the drafter's candidates per depth, 1 .. budget, default the budget
@@ -37,6 +41,9 @@ Widths, all static for the life of the server:
   max(W, block_size) slots this round writes; 2 * W covers both whenever W >= block_size, as
   D + 1 <= block_size <= W.
   A budget below block_size - 1 therefore verifies padding columns.
+- With `auto`, the trees are built at the largest budget and cut each round (DraftTree.prefix) to the
+  chosen one, which verifies max(b + 1, block_size) tokens per request: one verify CUDA graph set per
+  width (`verify_widths`); SGLang's reservation stays 2 * W of the largest.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddtree_core.settings import (
+    BUDGET_AUTO,
+    ENV_BUDGET,
     PARAM_BUDGET,
     PARAM_DRAFT_TEMPERATURE,
     PARAM_HOLD_CHAIN,
@@ -72,10 +81,20 @@ class ServerSettings:
     block_size: int  # drafter block: the bonus token plus block_size - 1 drafted positions
     tree: TreeSettings  # budget >= 1 (the most any request may use), max_depth in 1..block_size - 1, the defaults
     draft_top_k: int = 0  # K per depth, 1 .. budget; 0: the budget
+    auto_budgets: tuple[int, ...] = ()  # `auto`: the budgets a round may take (their largest is tree.budget)
 
     def __post_init__(self):
         _check_block(self.block_size)
         self.tree.check_launch(max_depth=self.block_size - 1)
+        if self.auto_budgets:
+            budgets = self.auto_budgets
+            if list(budgets) != sorted(set(budgets)) or budgets[0] < self.block_size - 1:
+                raise DDTreeConfigError(
+                    f"{ENV_BUDGET}=auto needs increasing budgets >= {self.block_size - 1} (the block's), got "
+                    f"{','.join(map(str, budgets))}"
+                )
+            if budgets[-1] != self.tree.budget:
+                raise DDTreeConfigError(f"auto budgets {budgets} must end at the tree budget {self.tree.budget}")
         if not 0 <= self.draft_top_k <= self.tree.budget:
             raise DDTreeConfigError(
                 f"{ENV_TOP_K} must be in 1..{self.tree.budget} (the budget), got {self.draft_top_k}"
@@ -94,6 +113,15 @@ class ServerSettings:
         return max(self.tree.budget + 1, self.block_size)
 
     @property
+    def verify_widths(self) -> tuple[int, ...]:
+        """The verify widths the server captures, one per auto budget (increasing); (W,) without auto."""
+        return tuple(max(b + 1, self.block_size) for b in self.auto_budgets) or (self.verify_width,)
+
+    @property
+    def auto(self) -> bool:
+        return bool(self.auto_budgets)
+
+    @property
     def top_k(self) -> int:
         """K of the drafter's top-K lists: K = budget gives the exact DDTree tree (clamp to the vocabulary)."""
         return self.draft_top_k or self.tree.budget
@@ -109,6 +137,7 @@ class ServerSettings:
             PARAM_HOLD_CHAIN: self.tree.hold_chain,
             "ddtree_tree_depth": self.tree_depth,
             "ddtree_verify_width": self.verify_width,
+            "ddtree_auto_budgets": list(self.auto_budgets),
         }
 
     @classmethod
@@ -116,8 +145,11 @@ class ServerSettings:
         """Settings from SGLANG_DDTREE_* variables (unset or empty: the defaults)."""
         _check_block(block_size)
         default_depth = block_size - 1
+        auto = auto_budgets(environ.get(ENV_BUDGET, ""), block_size)
+        if auto:
+            environ = {**environ, ENV_BUDGET: str(auto[-1])}
         tree = TreeSettings.from_environment(environ, budget=default_depth, max_depth=default_depth)
-        return cls(block_size, tree, env_int(environ, ENV_TOP_K, 0))
+        return cls(block_size, tree, env_int(environ, ENV_TOP_K, 0), auto)
 
     def request_defaults(self) -> TreeSettings:
         """What a request without DDTree custom_params runs: the server's settings, at most tree_depth deep."""
@@ -132,7 +164,10 @@ class ServerSettings:
         below D needs K >= the request's budget (rounds._limit_depths), so with SGLANG_DDTREE_TOP_K below
         the budget it is refused.
         """
-        chosen = TreeSettings.from_custom_params(params, server=self.tree, max_depth=self.tree.max_depth)
+        chosen = TreeSettings.from_custom_params(
+            params, server=self.tree, max_depth=self.tree.max_depth, auto_served=self.auto
+        )
+        chosen = dataclasses.replace(chosen, auto=False)  # "auto" on an auto server: its default trees
         if chosen.max_depth < self.tree_depth and self.top_k < chosen.budget:
             raise DDTreeConfigError(
                 f"custom_params.{PARAM_MAX_DEPTH} below the server's {self.tree_depth} needs {ENV_TOP_K} >= "
@@ -151,6 +186,21 @@ def admit(req: Any, server: ServerSettings) -> str | None:
         return f"DDTREE: {error}"
     setattr(req, SETTINGS_ATTR, settings)
     return None
+
+
+def auto_budgets(raw: str, block_size: int) -> tuple[int, ...]:
+    """The budgets of an SGLANG_DDTREE_BUDGET value: () for a number or nothing; `auto`: block - 1, 2 * block - 1
+    and 4 * block - 1; `auto:B1,B2,..`: those, sorted. Example: auto_budgets("auto", 16) -> (15, 31, 63);
+    auto_budgets("auto:63,15", 16) -> (15, 63); auto_budgets("auto:x", 16) -> DDTreeConfigError."""
+    raw = raw.strip().lower()
+    if raw == BUDGET_AUTO:
+        return tuple(k * block_size - 1 for k in (1, 2, 4))
+    if not raw.startswith(BUDGET_AUTO + ":"):
+        return ()
+    try:
+        return tuple(sorted({int(part) for part in raw[len(BUDGET_AUTO) + 1 :].split(",")}))
+    except ValueError:
+        raise DDTreeConfigError(f"{ENV_BUDGET} must be an integer, auto or auto:B1,B2,.., got {raw!r}") from None
 
 
 def _check_block(block_size: int) -> None:

@@ -51,10 +51,14 @@ class DDTreeBatchResult(GenerationBatchResult):
     """A decode round's result plus its per-request statistics (rounds.round_stats_rows)."""
 
     ddtree_stats: torch.Tensor | None = None  # [B, STATS + D] int32; on the host after copy_to_cpu
+    ddtree_budget: int | None = None  # the round's budget (with auto, the one chosen for it)
+    ddtree_expected: torch.Tensor | None = None  # auto: [B, candidate budgets] float32 (sglang.auto.expected_at)
 
     def copy_to_cpu(self, return_logprob: bool, return_hidden_states: bool = True):
         # Queued on the same (copy) stream before the parent records copy_done, so the scheduler's
         # wait on copy_done also covers the statistics: no extra synchronization.
         if self.ddtree_stats is not None and self.ddtree_stats.device.type != "cpu":
             self.ddtree_stats = _async_d2h(self.ddtree_stats)
+        if self.ddtree_expected is not None and self.ddtree_expected.device.type != "cpu":
+            self.ddtree_expected = _async_d2h(self.ddtree_expected)
         super().copy_to_cpu(return_logprob, return_hidden_states)

@@ -14,10 +14,12 @@ Hooks (HookRegistry; each acts only when the server runs DDTREE):
   here, once, and kept on the request for the worker: config.admit) and refuses min_p (the tree walk samples
   temperature / top-p / top-k only), return_logprob and grammars (which SGLang 0.5.23's DFLASH admits).
 - SchedulerBatchResultProcessor._handle_finish_state_updated_req (AFTER): keeps each request's
-  per-round stats rows; when it finishes, puts them into customized_info at its last token. With
-  --enable-metrics it also records each row in the DDTree Prometheus metrics (prometheus.py).
+  per-round stats rows and budgets; when it finishes, puts them into customized_info at its last token. With
+  --enable-metrics it also records each row in the DDTree Prometheus metrics (prometheus.py). On an auto
+  server it feeds each row to the budget policy (auto.observe).
 - TokenizerManager._calculate_spec_decoding_metrics (AFTER): turns those rows into the
-  metrics.SUMMARY_KEYS entries of the finished request's meta_info.
+  metrics.SUMMARY_KEYS entries of the finished request's meta_info, and its budgets into
+  `ddtree_budget_histogram` ({budget: rounds}).
 - Scheduler.get_init_info (AFTER): the DDTree settings appear in /server_info.
 - Req.update_finish_state (AROUND), only where SGLang's method lets the max_new_tokens cap beat the
   stop checks (0.5.15; finish.length_first probes the method's behaviour at registration): a stop token
@@ -46,7 +48,10 @@ INIT_INFO = "sglang.srt.managers.scheduler.Scheduler.get_init_info"
 FINISH_STATE = "sglang.srt.managers.schedule_batch.Req.update_finish_state"
 
 ROUNDS_KEY = "ddtree_round_stats"  # customized_info key of a finished request's stats rows
+BUDGETS_KEY = "ddtree_round_budgets"  # customized_info key of its rounds' budgets
+BUDGET_HISTOGRAM = "ddtree_budget_histogram"  # meta_info key: {budget: rounds} of a finished request
 _ROUNDS_ATTR = "_ddtree_round_rows"  # per-request list of stats rows on the scheduler's Req
+_BUDGETS_ATTR = "_ddtree_round_budgets"  # per-request list of its rounds' budgets
 
 _registered = False
 
@@ -177,20 +182,27 @@ def _collect_round(ret, processor, req, batch, result, i, logits_output):
     stats = getattr(result, "ddtree_stats", None)
     if stats is None:
         return None
-    rows = getattr(req, _ROUNDS_ATTR, None)
+    rows, budgets = getattr(req, _ROUNDS_ATTR, None), getattr(req, _BUDGETS_ATTR, None)
     if rows is None:
-        rows = []
+        rows, budgets = [], []
         setattr(req, _ROUNDS_ATTR, rows)
+        setattr(req, _BUDGETS_ATTR, budgets)
     row = stats[i].tolist()
     rows.append(row)
+    budget = getattr(result, "ddtree_budget", None)
+    budgets.append(budget)
+    from ddtree_core.sglang import auto
     from ddtree_core.sglang.prometheus import observe_round
 
-    observe_round(processor, row)
+    expected = getattr(result, "ddtree_expected", None)
+    auto.observe(None if expected is None else expected[i].tolist(), budget, row[0] - 1)
+    observe_round(processor, row, budget)
     num_tokens = len(req.output_ids_through_stop)
     if req.finished() and num_tokens > 0:
         if req.customized_info is None:
             req.customized_info = {}
         req.customized_info[ROUNDS_KEY] = [None] * (num_tokens - 1) + [rows]
+        req.customized_info[BUDGETS_KEY] = [None] * (num_tokens - 1) + [budgets]
     return None
 
 
@@ -202,6 +214,15 @@ def _add_summary(ret, manager, meta_info, recv_obj, i):
         from ddtree_core.sglang.rounds import summary_from_rows
 
         meta_info.update(summary_from_rows(rows))
+    values = meta_info.pop(BUDGETS_KEY, None)
+    budgets = next((value for value in reversed(values or []) if value is not None), None)
+    if budgets:
+        histogram: dict[str, int] = {}
+        for budget in budgets:
+            if budget is not None:
+                histogram[str(budget)] = histogram.get(str(budget), 0) + 1
+        if histogram:
+            meta_info[BUDGET_HISTOGRAM] = histogram
     return None
 
 

@@ -10,6 +10,8 @@ convention of ddtree_core.metrics):
     sglang:ddtree_tree_nodes              histogram  non-root nodes of the round's tree; buckets 0, the
                                                      powers of two below N, N
     sglang:ddtree_depth_reached           histogram  depth of the tree's deepest node; buckets 0, 1, .., D
+    sglang:ddtree_round_budget            histogram  the round's budget (with SGLANG_DDTREE_BUDGET=auto, the
+                                                     one chosen for it); buckets the budgets it may take
     sglang:ddtree_rounds_total            counter    request-rounds recorded
 
 D is the server's tree depth and N its node budget (config.ServerSettings); an integer observation v
@@ -43,6 +45,7 @@ from ddtree_core.sglang.config import ServerSettings
 from ddtree_core.sglang.rounds import round_stats_from_row
 
 ROUNDS = "sglang:ddtree_rounds_total"
+BUDGET = "sglang:ddtree_round_budget"
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class DDTreeMetrics:
         *,
         histogram_cls,
         counter_cls,
+        budgets: Sequence[int] = (),
         registry=None,
     ):
         extra = {} if registry is None else {"registry": registry}
@@ -133,18 +137,24 @@ class DDTreeMetrics:
         self.specs = tuple(specs)
         self._histograms = [create(histogram_cls, s.name, s.documentation, buckets=list(s.buckets)) for s in self.specs]
         self._rounds = create(counter_cls, ROUNDS, "DDTree request-rounds (one per request and verify forward).")
+        self._budget = None
+        if budgets:
+            buckets = [float(b) for b in sorted(budgets)]
+            self._budget = create(histogram_cls, BUDGET, "The budget of a DDTree round per request.", buckets=buckets)
 
-    def observe(self, row: Sequence[int]) -> None:
-        """Record one request-round's stats row."""
+    def observe(self, row: Sequence[int], budget: int | None = None) -> None:
+        """Record one request-round's stats row (and its budget, where the server keeps that histogram)."""
         for histogram, value in zip(self._histograms, observations(row, self.specs)):
             histogram.observe(value)
+        if self._budget is not None and budget is not None:
+            self._budget.observe(float(budget))
         self._rounds.inc()
 
 
 _process_metrics: DDTreeMetrics | None = None  # this scheduler process's, made at its first recorded round
 
 
-def observe_round(processor, row: Sequence[int]) -> None:
+def observe_round(processor, row: Sequence[int], budget: int | None = None) -> None:
     """Record a request-round where SGLang records scheduler metrics; else do nothing.
 
     processor: the scheduler's SchedulerBatchResultProcessor (the plugin's _collect_round hook gets it).
@@ -155,7 +165,7 @@ def observe_round(processor, row: Sequence[int]) -> None:
     global _process_metrics
     if _process_metrics is None:
         _process_metrics = scheduler_metrics(processor)
-    _process_metrics.observe(row)
+    _process_metrics.observe(row, budget)
 
 
 def scheduler_metrics(processor) -> DDTreeMetrics:
@@ -166,9 +176,11 @@ def scheduler_metrics(processor) -> DDTreeMetrics:
     from ddtree_core.sglang.spec_algo import settings_of
 
     collector = processor.metrics_collector
+    settings = settings_of(scheduler_server_args(processor))
     return DDTreeMetrics(
         collector.labels,
-        histogram_specs(settings_of(scheduler_server_args(processor))),
+        histogram_specs(settings),
         histogram_cls=getattr(collector, "_histogram_cls", None) or Histogram,
         counter_cls=getattr(collector, "_counter_cls", None) or Counter,
+        budgets=settings.auto_budgets or (settings.tree.budget,),
     )

@@ -18,6 +18,12 @@ features into the draft KV, bonus token). One decode round, all on the device wi
   6. result: tokens [B * (D + 1)] (path + bonus, padded), accept_lens = commit lengths, per-round
              statistics for the host (info.DDTreeBatchResult)
 
+With SGLANG_DDTREE_BUDGET=auto (config.py) the host first takes the round's budget b from the policy
+(auto.py: running requests, cost table, what recent trees expected), so W = max(b + 1, block) for this round:
+the trees are built at the largest budget, each candidate's expected accepted nodes go to the host with the
+result, the trees are cut to b (DraftTree.prefix), and the verify runs on the target's attention backend and
+CUDA graphs of width W (built at startup beside the server's own, compat.build_verify_state).
+
 At TP = 1 steps 1-2 run inside the drafter's CUDA graph (draft_head.py) unless SGLANG_DDTREE_DRAFT_GRAPH=0;
 at TP > 1 only with SGLANG_DDTREE_DRAFT_GRAPH=1.
 On CUDA the round's inputs take one launch each (rounds.draft_block_inputs: the block, its positions and
@@ -45,7 +51,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from ddtree_core.kernels import kv_move, pdl
 from ddtree_core.settings import ENV_BUDGET, TreeSettings
-from ddtree_core.sglang import compat, draft_head, info, rounds
+from ddtree_core.sglang import auto, compat, draft_head, info, rounds
 from ddtree_core.sglang.config import SETTINGS_ATTR, DDTreeConfigError
 from ddtree_core.sglang.profile import StageTimer
 from ddtree_core.sglang.spec_algo import settings_of
@@ -76,6 +82,8 @@ class DDTreeWorker(DFlashWorkerV2):
         self._warned_request_settings = False
         self._timer = StageTimer.from_env(self.device)
         self._draft_head: draft_head.DraftHead | None = None  # built with the draft CUDA graphs
+        self._auto = None  # budget=auto's policy (SGLANG_DDTREE_BUDGET=auto), set with the verify graphs
+        self._verify_states = {}  # verify width below W -> (attention backend, graph runner) of the target
         self._tail_impl, why = rounds.checked_tail_impl(self.device)
         if why is not None:
             logger.warning("DDTREE: %s; the round tail runs the torch path.", why)
@@ -119,6 +127,24 @@ class DDTreeWorker(DFlashWorkerV2):
         assert_verify_graph_masked(self.target_worker.model_runner)
         with compat.draft_width(self.block_size):
             super().init_cuda_graphs()
+        self._init_auto()
+
+    def _init_auto(self):
+        """budget=auto: the policy, and the target's attention backend and verify graphs at each width it may
+        take below W (the server's own serve W)."""
+        if not self.settings.auto:
+            return
+        policy = auto.make_policy(self.settings.auto_budgets, self.block_size, os.environ)
+        runner = self.target_worker.model_runner
+        for budget in policy.budgets:
+            width = max(budget + 1, self.block_size)
+            if width != self.settings.verify_width and width not in self._verify_states:
+                self._verify_states[width] = compat.build_verify_state(runner, width)
+                assert_verify_graph_masked(runner, self._verify_states[width])
+        self._auto = policy
+        auto.install(policy)
+        if compat.tp_rank(self) == 0:
+            logger.info("DDTREE auto over budgets %s (verify widths %s).", policy.budgets, self.settings.verify_widths)
 
     def _ddtree_forward(self, batch, on_publish, **parent_kwargs):
         if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
@@ -135,6 +161,8 @@ class DDTreeWorker(DFlashWorkerV2):
             batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
         prefix_lens, bs = batch.seq_lens, len(batch.seq_lens)
         request_settings = self._request_settings(batch.reqs)
+        budget = self._auto.choose(bs) if self._auto is not None else self.settings.tree.budget
+        width = max(budget + 1, self.block_size)  # this round's verify width (the server's W but with auto)
         head = self._draft_head if self._draft_head is not None and bs <= self._draft_head.max_bs else None
         with timer.stage("draft"):
             block_ids, block_positions, cache_loc, block_loc = rounds.draft_block_inputs(  # one launch on CUDA
@@ -143,7 +171,7 @@ class DDTreeWorker(DFlashWorkerV2):
                 batch.req_pool_indices,
                 self.model_runner.req_to_token_pool.req_to_token,
                 block=self.block_size,
-                width=self.settings.verify_width,
+                width=width,
                 mask_token_id=int(self._mask_token_id),
             )
             plan = self._round_plan(batch, draft_input, cache_loc)
@@ -161,14 +189,18 @@ class DDTreeWorker(DFlashWorkerV2):
         with timer.stage("verify_inputs"):  # one launch on CUDA
             if head is not None:
                 topk, tree = head.outputs(bs)
+            expected = None
+            if self._auto is not None:  # built at the largest budget; what each candidate expects, then the cut
+                expected = auto.expected_at(tree, self._auto.budgets)
+                tree = tree.prefix(budget)
             prefix_total = _prefix_total(batch, draft_input)
             verify = rounds.verify_batch(tree, draft_input.bonus_tokens, prefix_lens, prefix_total)
         # The verify forward writes its KV there, and the KV move below reads the path's slots from it.
         batch.out_cache_loc = cache_loc.reshape(-1)
         with timer.stage("verify"):
-            logits_output, can_run_cuda_graph = self._verify(batch, draft_input, verify, plan)
+            logits_output, can_run_cuda_graph = self._verify(batch, draft_input, verify, plan, width)
         with timer.stage("walk"):  # the walk, the committed path and the stats rows: one launch on CUDA
-            target_tokens = self._target_tokens(batch, logits_output)
+            target_tokens = self._target_tokens(batch, logits_output, width)
             walk, path, stats = rounds.round_tail(
                 tree, target_tokens, topk, prefix_lens, cache_loc=cache_loc, impl=self._tail_impl
             )
@@ -190,6 +222,8 @@ class DDTreeWorker(DFlashWorkerV2):
             speculative_num_draft_tokens=path.out_tokens.shape[1],  # the stride of next_token_ids
             new_seq_lens=path.new_seq_lens,
             ddtree_stats=stats,
+            ddtree_budget=budget,
+            ddtree_expected=expected,
         )
 
     def _round_plan(self, batch, draft_input, cache_loc: torch.Tensor):
@@ -257,26 +291,27 @@ class DDTreeWorker(DFlashWorkerV2):
             out.append(settings)
         return out
 
-    def _verify(self, batch, draft_input, verify: rounds.VerifyBatch, plan):
-        """The target's TARGET_VERIFY forward (CUDA graph when one fits) into the KV slots of
-        batch.out_cache_loc (the round's plan's window). Returns (logits_output, used_graph)."""
+    def _verify(self, batch, draft_input, verify: rounds.VerifyBatch, plan, width: int):
+        """The target's TARGET_VERIFY forward at `width` tokens per request (CUDA graph when one fits; with auto,
+        that width's backend and graphs) into the KV slots of batch.out_cache_loc (the round's plan's window).
+        Returns (logits_output, used_graph)."""
         verify_input = info.verify_input(verify, **compat.verify_kwargs(plan))
         saved = batch.seq_lens_cpu, batch.seq_lens_sum
         # Host-side upper bound of the attended lengths (the prefix plus the verify tokens), as DFLASH.
-        batch.seq_lens_cpu, batch.seq_lens_sum = _host_seq_lens(batch, draft_input, extra=self.settings.verify_width)
-        try:
-            forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker)
-        finally:
-            batch.seq_lens_cpu, batch.seq_lens_sum = saved
-        out = self.target_worker.forward_batch_generation(
-            batch=None, forward_batch=forward_batch, is_verify=True, skip_attn_backend_init=True
-        )
+        batch.seq_lens_cpu, batch.seq_lens_sum = _host_seq_lens(batch, draft_input, extra=width)
+        with compat.verify_state(self.target_worker.model_runner, self._verify_states.get(width)):
+            try:
+                forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker)
+            finally:
+                batch.seq_lens_cpu, batch.seq_lens_sum = saved
+            out = self.target_worker.forward_batch_generation(
+                batch=None, forward_batch=forward_batch, is_verify=True, skip_attn_backend_init=True
+            )
         return out.logits_output, out.can_run_cuda_graph
 
-    def _target_tokens(self, batch, logits_output) -> torch.Tensor:
-        """The target's token at every verify position, [B, W]: argmax, or a sample of each request's
+    def _target_tokens(self, batch, logits_output, width: int) -> torch.Tensor:
+        """The target's token at every verify position, [B, width]: argmax, or a sample of each request's
         temperature / top-p / top-k distribution (identical on every TP rank)."""
-        width = self.settings.verify_width
         sampling_info = batch.sampling_info
         logits = compat.full_verify_logits(self, logits_output.next_token_logits)
         if sampling_info is not None:
@@ -364,26 +399,27 @@ def check_target(model_runner, budget: int) -> None:
         raise ValueError("DDTREE needs a target model with `lm_head` and `logits_processor`.")
 
 
-def assert_verify_graph_masked(model_runner) -> None:
-    """Fail at startup unless the target's TARGET_VERIFY path carries the tree mask.
+def assert_verify_graph_masked(model_runner, state=None) -> None:
+    """Fail at startup unless the target's TARGET_VERIFY path carries the tree mask (that of `state`, an auto
+    width's (backend, runner), where given).
 
     Without the plugin's mask-policy hook SGLang captures the target verify graph with
     custom_mask=None: FlashInfer then fails at replay, Triton silently attends causally.
     """
     from sglang.srt.speculative.dflash_utils import resolve_dflash_verify_mask_policy
 
-    name, build_mask = resolve_dflash_verify_mask_policy(model_runner.attn_backend)
+    backend, runner = state if state is not None else (model_runner.attn_backend, model_runner.decode_cuda_graph_runner)
+    name, build_mask = resolve_dflash_verify_mask_policy(backend)
     if name not in SUPPORTED_BACKEND_CLASSES:
         raise ValueError(f"DDTREE verifies with {SUPPORTED_BACKEND_CLASSES}; the target uses {name}.")
     if not build_mask:
         raise RuntimeError("DDTREE: the verify mask policy hook is not applied (plugin not registered?).")
-    runner = model_runner.decode_cuda_graph_runner
     if runner is None:
         return  # eager verify: every round passes its mask
     spec_info = runner.get_spec_info(runner.max_num_token)
     if spec_info is None or spec_info.custom_mask is None:
         raise RuntimeError("DDTREE: the target verify CUDA graph was captured without a custom mask.")
-    for wrappers in getattr(model_runner.attn_backend, "prefill_cuda_graph_metadata", {}).values():
+    for wrappers in getattr(backend, "prefill_cuda_graph_metadata", {}).values():
         if any(getattr(wrapper, "_custom_mask_buf", True) is None for wrapper in wrappers):
             raise RuntimeError("DDTREE: a FlashInfer verify graph has no custom mask buffer.")
 

@@ -236,20 +236,33 @@ def test_budget_auto_runs_on_running_reference_servers(url_swept, servers, promp
     assert all(0 < row["meta_info"]["ddtree_mean_tree_nodes"] <= 8 for row in auto.values())
 
 
-def test_budget_auto_on_running_sglang_servers_exits_2_before_any_cell(monkeypatch, prompt_file, tmp_path):
+def test_budget_auto_on_running_sglang_servers_needs_an_auto_server(monkeypatch, prompt_file, tmp_path):
+    """An SGLang DDTREE server serves budget auto only when started with SGLANG_DDTREE_BUDGET=auto (its
+    server_info lists ddtree_auto_budgets), and then no fixed budget: exit 2 with one line before any cell."""
+    names = ("sglang-ar", "sglang-dflash", "sglang-ddtree")
     described = [
-        remote.describe(f"http://n{i}:1", ANSWERS[name]["model_info"], ANSWERS[name]["server_info"])
-        for i, name in enumerate(("sglang-ar", "sglang-dflash", "sglang-ddtree"))
+        remote.describe(f"http://n{i}:1", ANSWERS[n]["model_info"], ANSWERS[n]["server_info"])
+        for i, n in enumerate(names)
     ]
+    auto_info = {**ANSWERS["sglang-ddtree"]["server_info"], "ddtree_auto_budgets": [15, 31, 63]}
+    described.append(remote.describe("http://n3:1", ANSWERS["sglang-ddtree"]["model_info"], auto_info))
     monkeypatch.setattr("ddbench.harness.fleet.probe", lambda url, key: described[int(url.url[8])])
     out = tmp_path / "run"
-    args = ["sweep", "--url", "http://n0:1,http://n1:1,http://n2:1", "--datasets", str(prompt_file), "--out", str(out)]
-    result = runner.invoke(app, [*args, "--budgets", "auto,16"])
+    args = ["--datasets", str(prompt_file), "--out", str(out)]
+    result = runner.invoke(
+        app, ["sweep", "--url", "http://n0:1,http://n1:1,http://n2:1", *args, "--budgets", "auto,16"]
+    )
     assert result.exit_code == 2 and not out.exists()
     assert result.stderr == (
-        "error: --budgets auto: the sglang engine does not serve ddtree_budget auto yet (the reference engine does)\n"
+        "error: no URL serves tiny__ddtree-bauto-dauto-dt1__t0__c1 (http://n2:1: budget auto needs a server started "
+        "with SGLANG_DDTREE_BUDGET=auto)\n"
     )
-    assert runner.invoke(app, [*args, "--budgets", "16", "--dry-run"]).exit_code == 0
+    fixed_on_auto = runner.invoke(
+        app, ["sweep", "--url", "http://n0:1,http://n1:1,http://n3:1", *args, "--budgets", "16"]
+    )
+    assert fixed_on_auto.exit_code == 2 and "(http://n3:1: serves budget auto only" in fixed_on_auto.stderr
+    all_four = ["sweep", "--url", "http://n0:1,http://n1:1,http://n2:1,http://n3:1", *args, "--budgets", "auto,16"]
+    assert runner.invoke(app, [*all_four, "--dry-run"]).exit_code == 0
 
 
 def test_bad_urls_exit_2_before_any_cell_with_one_line(servers, prompt_file, tmp_path):
@@ -484,9 +497,7 @@ def test_an_auto_cell_goes_to_the_widest_servers_that_serve_auto():
     pools = Fleet((ddtree("c", 8), ddtree("d", 16), ddtree("e", 16))).pools([auto, fixed])
     assert pools[auto].urls == ("http://d:1", "http://e:1") and pools[fixed].urls == ("http://c:1",)
     assert ddtree("z", 0).refusal(auto) == "budget auto needs a server budget >= 1, not 0"
-    assert ddtree("s", 63, sglang).refusal(auto) == (
-        "budget auto: the sglang engine does not serve ddtree_budget auto yet (the reference engine does)"
-    )
+    assert ddtree("s", 63, sglang).refusal(auto) == "budget auto needs a server started with SGLANG_DDTREE_BUDGET=auto"
 
 
 def test_the_reconstructed_sglang_answer_reports_what_a_live_server_did():

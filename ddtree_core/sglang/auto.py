@@ -1,0 +1,87 @@
+"""`SGLANG_DDTREE_BUDGET=auto` on the SGLang plugin: each decode round's budget, chosen on the host before the round.
+
+A round's budget fixes its verify width, max(b + 1, block), and so which verify CUDA graph replays; the host picks
+it from what it knows without reading the device: the number of running requests, a verify cost table (ms
+against tokens verified in the round, `SGLANG_DDTREE_COST_TABLE`, a `ddtree_core.policy.CostTable` JSON such as
+`ddbench model calibrate` writes), and running means of what recent rounds' trees expected at every candidate
+budget (`ddtree_core.policy.LaggedAuto`). The device computes those expectations every round (`expected_at`,
+prefix sums of the tree's path probabilities at the candidate budgets) and they reach the host with the round's
+results; the result processor's hook (plugin._collect_round) feeds them to the policy (`observe`), so the
+policy lags one round behind, and every TP rank, fed the same rows, chooses the same budget.
+
+Without a cost table auto cannot price a wider tree: it logs one warning and stays at its smallest budget,
+the chain-sized tree (verify width = the block, as DFLASH's).
+
+Example: budgets (15, 31, 63), a table whose 16-, 32- and 64-token verifies cost about the same and whose
+1,024-token verify costs 4x: at one request the policy soon takes 63 (most expected tokens for the same time),
+at sixteen 15.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from ddtree_core.policy import CostTable, LaggedAuto, expected_accepts
+from ddtree_core.types import DraftTree
+
+logger = logging.getLogger(__name__)
+
+ENV_COST_TABLE = "SGLANG_DDTREE_COST_TABLE"
+
+_policy: LaggedAuto | None = None  # the process's policy (one DDTree worker per scheduler process)
+
+
+def load_cost(environ: Mapping[str, str]) -> tuple[CostTable | None, str | None]:
+    """The cost table SGLANG_DDTREE_COST_TABLE names, or (None, why not) when it is unset or unreadable."""
+    path = environ.get(ENV_COST_TABLE, "").strip()
+    if not path:
+        return None, f"{ENV_COST_TABLE} is unset"
+    try:
+        return CostTable.from_json(Path(path)), None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return None, f"{ENV_COST_TABLE}={path} cannot be read ({error})"
+
+
+def make_policy(budgets: Sequence[int], block_size: int, environ: Mapping[str, str]) -> LaggedAuto:
+    """The policy of a server taking `budgets` (increasing); without a cost table, one that stays at the smallest."""
+    cost, why = load_cost(environ)
+    if cost is None:
+        logger.warning(
+            "DDTREE auto: %s, so rounds stay at budget %d (verify width %d); `ddbench model calibrate` writes a table.",
+            why,
+            budgets[0],
+            max(budgets[0] + 1, block_size),
+        )
+        budgets = budgets[:1]
+        cost = CostTable((1,), (1.0,))
+    return LaggedAuto(cost, tuple(budgets), block_size)
+
+
+def install(policy: LaggedAuto | None) -> None:
+    """Make `policy` the one the result hook feeds (None: none)."""
+    global _policy
+    _policy = policy
+
+
+def installed() -> LaggedAuto | None:
+    return _policy
+
+
+def expected_at(tree: DraftTree, budgets: Sequence[int]) -> torch.Tensor:
+    """[B, len(budgets)] float32: each request's expected accepted nodes at each budget, from its tree built at the
+    largest (columns past the tree's width read its last)."""
+    expected = expected_accepts(tree)
+    columns = torch.tensor([min(b, expected.shape[1] - 1) for b in budgets], device=expected.device)
+    return expected.index_select(1, columns)
+
+
+def observe(expected_row: Sequence[float] | None, used: int | None, accepted_nodes: int) -> None:
+    """One request's round, as the result hook sees it; nothing without a policy or the round's expectations."""
+    policy = _policy
+    if policy is None or expected_row is None or used is None:
+        return
+    policy.observe(list(expected_row)[: len(policy.budgets)], used, accepted_nodes)
