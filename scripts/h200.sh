@@ -68,7 +68,8 @@
 #               T = 1 instead (the same servers, 1 / 4 / 16 in flight, three passes), no control; RESIDENT_PLAN=c1: the
 #               three datasets greedy at 1 in flight only (MT-Bench first), three passes, no control, CUDA graphs
 #               for batch 1 only (a b255 server captures its graphs in ~10 s instead of ~90)
-#               RESIDENT names the servers (default "b255 b63 b15 dflash ar"; three fit an H100's 80 GB); `auto`
+#               RESIDENT names the servers (default "b255 b63 b15 dflash ar"; three fit an H100's 80 GB, four with
+#               RESIDENT_NEED_AR=15.5 RESIDENT_NEED_SPEC=17.5: GiB of weights + KV, default 19 and 21); `auto`
 #               is a DDTree server of SGLANG_DDTREE_BUDGET=auto:15,31,63 priced by configs/cost/testbed8b-h200.json,
 #               whose cells are budget auto (put it last: a server that fails to start is skipped)
 #   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.testbed.synth's) from an AR
@@ -366,8 +367,8 @@ sweeps)
         resident() {  # resident NAME PORT AR|DFLASH|DDTREE BUDGET: a server that stays up. SGLang sizes its weights + KV
           # as mem_fraction_static x the memory free when it starts, so the fraction is set from what is free now; it
           # returns once the server's memory is placed (its first CUDA graph captured), so the next one sees it all
-          local name=$1 port=$2 algo=$3 budget=$4 need=19 spec=() launch=(python3 -m sglang.launch_server)
-          [ "$algo" = AR ] || { need=21; spec=(--speculative-algorithm "$algo" --speculative-draft-model-path "$B/drafter"); }
+          local name=$1 port=$2 algo=$3 budget=$4 need=${RESIDENT_NEED_AR:-19} spec=() launch=(python3 -m sglang.launch_server)
+          [ "$algo" = AR ] || { need=${RESIDENT_NEED_SPEC:-21}; spec=(--speculative-algorithm "$algo" --speculative-draft-model-path "$B/drafter"); }
           [ "$algo" = DDTREE ] && launch=(python3 -m ddtree_core.sglang.launch_server)
           local free frac
           free=$(nvidia-smi -i "$GPU" --query-gpu=memory.free --format=csv,noheader,nounits)
