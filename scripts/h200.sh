@@ -70,8 +70,9 @@
 #               for batch 1 only (a b255 server captures its graphs in ~10 s instead of ~90)
 #               RESIDENT names the servers (default "b255 b63 b15 dflash ar"; three fit an H100's 80 GB, four with
 #               RESIDENT_NEED_AR=15.5 RESIDENT_NEED_SPEC=17.5: GiB of weights + KV, default 19 and 21); `auto`
-#               is a DDTree server of SGLANG_DDTREE_BUDGET=auto:15,31,63 priced by configs/cost/testbed8b-h200.json,
-#               whose cells are budget auto (put it last: a server that fails to start is skipped)
+#               is a DDTree server of SGLANG_DDTREE_BUDGET=auto:15,31,63 that measures its cost table at startup
+#               (AUTO_COST_TABLE=configs/cost/testbed8b-h200.json: that one instead), whose cells are budget
+#               auto (put it last: a server that fails to start is skipped)
 #   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.testbed.synth's) from an AR
 #               server, a drafter per depth in LAYERS trained on them, each one's simulated acceptance
 #               (ddbench.model.accept) on greedy answers to the held-out prompts, beside the bundled drafter's
@@ -394,7 +395,7 @@ sweeps)
           b15|b63|b255) port=$((12000 + 100 * $(case $name in b255) echo 0 ;; b63) echo 1 ;; *) echo 2 ;; esac))) \
             && resident "ddtree-$name" $port DDTREE "${name#b}" && urls=$urls,ddtree=http://127.0.0.1:$port \
             && budgets=$budgets,${name#b} ;;
-          auto) port=12500 && SGLANG_DDTREE_COST_TABLE=$W/repo/configs/cost/testbed8b-h200.json \
+          auto) port=12500 && SGLANG_DDTREE_COST_TABLE=${AUTO_COST_TABLE:+$W/repo/$AUTO_COST_TABLE} \
             resident ddtree-auto $port DDTREE auto:15,31,63 && urls=$urls,ddtree=http://127.0.0.1:$port ;;
           *) echo "resident: unknown server $name (ar, dflash, b15, b63, b255, auto)"; false ;;
           esac || { echo "resident: $name did not start; going on without it"; continue; }

@@ -9,7 +9,9 @@ prefix sums of the tree's path probabilities at the candidate budgets) and they 
 results; the result processor's hook (plugin._collect_round) feeds them to the policy (`observe`), so the
 policy lags one round behind, and every TP rank, fed the same rows, chooses the same budget.
 
-Without a cost table auto cannot price a wider tree: it logs one warning and stays at its smallest budget,
+Without SGLANG_DDTREE_COST_TABLE the server measures one at startup (`measure_cost`: each width's captured
+verify CUDA graphs replayed at batch sizes 1..64, the median of 5 replays, tokens = batch x width); where it
+cannot (no graphs, an SGLang that keeps them elsewhere) it logs one warning and stays at its smallest budget,
 the chain-sized tree (verify width = the block, as DFLASH's).
 
 Example: budgets (15, 31, 63), a table whose 16-, 32- and 64-token verifies cost about the same and whose
@@ -20,7 +22,8 @@ at sixteen 15.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -46,9 +49,57 @@ def load_cost(environ: Mapping[str, str]) -> tuple[CostTable | None, str | None]
         return None, f"{ENV_COST_TABLE}={path} cannot be read ({error})"
 
 
-def make_policy(budgets: Sequence[int], block_size: int, environ: Mapping[str, str]) -> LaggedAuto:
-    """The policy of a server taking `budgets` (increasing); without a cost table, one that stays at the smallest."""
+MEASURED_BATCHES = (1, 2, 4, 8, 16, 32, 64)  # the batch sizes measure_cost replays, where captured
+MEASURED_TOKENS = 4096  # and not past this many tokens in one verify
+
+
+def measure_cost(graphs: Mapping[int, Mapping[int, object]], repeats: int = 5) -> CostTable | None:
+    """A cost table from verify CUDA graphs, {width: {batch size: graph}}: each graph of a MEASURED_BATCHES size
+    and at most MEASURED_TOKENS tokens replayed once, then `repeats` times between CUDA events; tokens = batch x
+    width -> the median ms (the least where two shapes verify as many tokens). None without such graphs.
+    The graphs replay what their capture left in their buffers: dummy requests writing SGLang's padding slot."""
+    times: dict[int, float] = {}
+    for width, by_batch in graphs.items():
+        for batch, graph in sorted(by_batch.items()):
+            if batch not in MEASURED_BATCHES or batch * width > MEASURED_TOKENS:
+                continue
+            graph.replay()
+            torch.cuda.synchronize()
+            samples = []
+            for _ in range(repeats):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                graph.replay()
+                end.record()
+                end.synchronize()
+                samples.append(start.elapsed_time(end))
+            tokens, ms = batch * width, statistics.median(samples)
+            times[tokens] = min(ms, times.get(tokens, ms))
+    if not times:
+        return None
+    tokens = sorted(times)
+    return CostTable(tuple(tokens), tuple(times[t] for t in tokens))
+
+
+def make_policy(
+    budgets: Sequence[int],
+    block_size: int,
+    environ: Mapping[str, str],
+    measure: Callable[[], CostTable | None] | None = None,
+) -> LaggedAuto:
+    """The policy of a server taking `budgets` (increasing): priced by SGLANG_DDTREE_COST_TABLE, else by what
+    `measure` returns; without either, one that stays at the smallest budget (one warning)."""
     cost, why = load_cost(environ)
+    if cost is None and measure is not None and why.endswith("is unset"):
+        try:
+            cost = measure()
+        except Exception as error:  # a measurement that fails must not stop the server: auto stays at the chain
+            why = f"{why} and measuring one failed ({type(error).__name__}: {error})"
+        else:
+            if cost is None:
+                why = f"{why} and no verify CUDA graphs to measure one with"
+            else:
+                logger.info("DDTREE auto: verify ms by tokens, measured: %s", dict(zip(cost.tokens, cost.ms)))
     if cost is None:
         logger.warning(
             "DDTREE auto: %s, so rounds stay at budget %d (verify width %d); `ddbench model calibrate` writes a table.",

@@ -144,6 +144,20 @@ def verify_state(model_runner, state):
         model_runner.attn_backend, model_runner.decode_cuda_graph_runner = saved
 
 
+def verify_graphs(runner) -> dict:
+    """A DecodeCudaGraphRunner's captured graphs by batch size (objects with `.replay()`), one per size; {} where
+    this SGLang keeps them otherwise (0.5.15: runner.backend._graphs, keyed by ShapeKey(size=bs))."""
+    graphs = getattr(getattr(runner, "backend", None), "_graphs", None)
+    if not isinstance(graphs, dict):
+        return {}
+    found = {}
+    for key, graph in graphs.items():
+        size = getattr(key, "size", None)
+        if isinstance(size, int) and getattr(key, "stream_idx", None) is None and hasattr(graph, "replay"):
+            found.setdefault(size, graph)
+    return found
+
+
 def tp_rank(worker) -> int:
     """The worker's (target) tensor-parallel rank."""
     return worker.tp_rank if worker_api() == "legacy" else worker._target_tp_rank

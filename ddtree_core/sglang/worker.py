@@ -134,13 +134,20 @@ class DDTreeWorker(DFlashWorkerV2):
         take below W (the server's own serve W)."""
         if not self.settings.auto:
             return
-        policy = auto.make_policy(self.settings.auto_budgets, self.block_size, os.environ)
         runner = self.target_worker.model_runner
-        for budget in policy.budgets:
-            width = max(budget + 1, self.block_size)
-            if width != self.settings.verify_width and width not in self._verify_states:
-                self._verify_states[width] = compat.build_verify_state(runner, width)
-                assert_verify_graph_masked(runner, self._verify_states[width])
+        for width in self.settings.verify_widths[:-1]:  # the last is the server's own W
+            self._verify_states[width] = compat.build_verify_state(runner, width)
+            assert_verify_graph_masked(runner, self._verify_states[width])
+
+        def measure():  # every width's verify graphs, the server's own included (measured once, at startup)
+            if get_tp_group().world_size != 1:
+                raise RuntimeError("at TP > 1 each rank would measure its own table and choose its own widths")
+            runners = {w: state[1] for w, state in self._verify_states.items()}
+            runners[self.settings.verify_width] = runner.decode_cuda_graph_runner
+            graphs = {w: compat.verify_graphs(r) for w, r in runners.items() if r is not None}
+            return auto.measure_cost(graphs) if any(graphs.values()) else None
+
+        policy = auto.make_policy(self.settings.auto_budgets, self.block_size, os.environ, measure)
         self._auto = policy
         auto.install(policy)
         if compat.tp_rank(self) == 0:
