@@ -27,6 +27,9 @@
 #   chisq       ddbench.check.sampled: DDTree b15 and b63 sample their first two tokens as the target-only server does
 #               (chi-square, 2,000 draws per prompt, T = 1 and T = 0.7 / top-p 0.9), and a planted failure is caught
 #   kvleak      scripts/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
+#   auto        SGLANG_DDTREE_BUDGET=auto beside AR, DFLASH, b15 and b63 servers (the testbed pair): greedy parity,
+#               tokens/s at 1 and 16 in flight and the budgets auto took (three passes; its startup lines in
+#               auto-startup.txt)
 #   tp2         (nvidia-h200-x2) the 12/4-head copy of the target at TP 2: AR, DFLASH, DDTree b15 and b64, eager and
 #               folded (SGLANG_DDTREE_DRAFT_GRAPH=1, opt-in at TP > 1); it waits
 #               for the other queues to finish (SGLang refuses TP when the GPUs' free memory differs), so put
@@ -236,6 +239,24 @@ sweeps)
         done
         SERVER_PID=$AR_PID && stop_server
         echo "chisq rc=0" >> "$W/done" ;;
+      auto)  # budget=auto on the testbed: AR, DFLASH, DDTree b15 and b63 and an auto server (SGLANG_DDTREE_BUDGET=
+        # auto:15,31,63, its cost table measured at startup), side by side; GSM8K and HumanEval, 32 prompts, 1 and 16
+        # in flight, three interleaved passes: greedy parity against AR, tokens/s, and each auto response's budgets
+        R=$W/runs/auto && mkdir -p "$R" && nvidia-smi > "$R/nvidia-smi.txt"
+        urls="" pids=()
+        for spec in "ar 12400 AR 0" "dflash 12300 DFLASH 0" "b15 12200 DDTREE 15" "b63 12100 DDTREE 63" \
+                    "auto 12500 DDTREE auto:15,31,63"; do
+          read -r name port algo budget <<< "$spec"
+          serve_algo "auto-$name" "$port" "$algo" "$budget" --mem-fraction-static 0.12 --cuda-graph-max-bs 32 \
+            || { echo "auto $name: no server" >> "$W/done"; continue; }
+          pids+=("$SERVER_PID")
+          urls=$urls,$(case $algo in AR) echo ar ;; DFLASH) echo dflash ;; *) echo ddtree ;; esac)=http://127.0.0.1:$port
+        done
+        grep -h "DDTREE auto" "$W/runs/auto-auto.log" > "$R/auto-startup.txt" 2>&1
+        python3 -m ddbench sweep --url "${urls#,}" --datasets gsm8k,humaneval --num-prompts 32 --budgets 15,63,auto \
+          --concurrency 1,16 --max-new-tokens 128 --repeats 3 --data-dir "$W/data" --out "$R/sweep"
+        echo "auto sweep rc=$?" >> "$W/done"
+        for pid in "${pids[@]}"; do SERVER_PID=$pid && stop_server; done ;;
       kvleak)
         for page in 1 16; do
           serve_algo "kvleak-server-p$page" $PORT DDTREE 64 --enable-metrics --page-size $page \
