@@ -198,7 +198,9 @@ class LaggedAuto:
     times `calibration`: realised over predicted accepted nodes at the budgets the rounds took (running sums).
     Until a round is observed every mean is 0 and the smallest budget wins: the chain-sized tree.
     `observe` weighs each request round 1 - decay; the means are divided by the weights' sum, so the first
-    round counts in full rather than as 1 - decay of a zero start.
+    round counts in full rather than as 1 - decay of a zero start. `observe_round` learns the round's time
+    outside the verify (`overhead_ms`: the draft, host work), a round's wall time less the table's verify time,
+    which favours larger trees where that time dominates (a small target).
 
     Example: budgets (15, 63) on the module docstring's curve: no rounds seen -> 15; after rounds whose trees
     expect 2.5 nodes at 15 and 3.1 at 63 (and accept as predicted), one request -> 63, sixteen -> 15.
@@ -230,6 +232,14 @@ class LaggedAuto:
         scale = 1.0 / self.weight if self.weight > 0 else 0.0
         totals = {b: running * mean * scale for b, mean in self.means.items()}
         return best_budget(running, totals, self.cost, self.block_size, self.calibration, self.overhead_ms)
+
+    def observe_round(self, running: int, used: int, round_ms: float) -> None:
+        """A whole round's wall time: its part outside the verify joins `overhead_ms` (weight 0.1; never below
+        0). A round over 10x what the table and overhead predict (a prefill between two rounds) is ignored."""
+        verify_ms = self.cost(running * verify_width(used, self.block_size))
+        if not 0 < round_ms <= 10 * (verify_ms + self.overhead_ms):
+            return
+        self.overhead_ms = max(0.0, self.overhead_ms + 0.1 * (round_ms - verify_ms - self.overhead_ms))
 
     def observe(self, expected: Sequence[float], used: int, accepted: int) -> None:
         """One request's round: `expected` accepted nodes at each of `budgets` (its tree at the largest), the

@@ -87,3 +87,18 @@ def test_lagged_auto_observes_budgets_it_did_not_take():
     for _ in range(200):
         policy.observe([2.5, 3.1], used=15, accepted=2)  # realised 2 of 2.5 predicted at the budget taken
     assert policy.calibration == pytest.approx(0.8) and policy.choose(1) == 63
+
+
+def test_lagged_auto_learns_the_time_outside_the_verify():
+    """A small target's rounds: verify 1.4-2.2 ms by the table, rounds of 5.5 ms at one request. With that ~4 ms
+    outside the verify the 63-node tree wins at sixteen requests too; a prefill-sized interval is ignored."""
+    table = CostTable((16, 64, 256, 1024), (1.41, 1.45, 1.58, 2.21))
+    policy = LaggedAuto(table, (15, 63), block_size=16)
+    for _ in range(100):
+        policy.observe([2.4, 3.0], used=63, accepted=3)
+    assert policy.choose(16) == 15  # no time outside the verify known: 16 x 3.4 / 1.58 > 16 x 4.0 / 2.21
+    policy.observe_round(16, 15, 500.0)  # a prefill between two rounds
+    assert policy.overhead_ms == 0.0
+    for _ in range(100):
+        policy.observe_round(1, 63, 5.5)
+    assert policy.overhead_ms == pytest.approx(5.5 - 1.45, rel=1e-3) and policy.choose(16) == 63

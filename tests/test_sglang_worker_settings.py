@@ -156,7 +156,7 @@ def test_decode_round_wires_the_round_functions(monkeypatch, auto):
     fake = SimpleNamespace(
         settings=server, _timer=StageTimer(0, "cpu"), _draft_head=None, block_size=server.block_size,
         _mask_token_id=39, device="cpu", _tail_impl="torch", _kv_mover=None, tp_rank=0, _target_tp_rank=0,
-        _warned_request_settings=False, _auto=policy, _verify_states={},
+        _warned_request_settings=False, _auto=policy, _verify_states={}, _auto_timed=True, _last_round=None,
         model_runner=SimpleNamespace(
             req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
             token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: pool), kv_index_translator=translator,
@@ -166,7 +166,14 @@ def test_decode_round_wires_the_round_functions(monkeypatch, auto):
         _append_target_hidden_to_draft_kv_by_loc=append,
         _make_next_draft_input_decode=lambda **kwargs: kwargs,
     )  # fmt: skip
-    for name in ("_request_settings", "_round_plan", "_target_tokens", "_move_path_kv", "_commit_draft_kv"):
+    for name in (
+        "_request_settings",
+        "_round_plan",
+        "_target_tokens",
+        "_move_path_kv",
+        "_commit_draft_kv",
+        "_auto_budget",
+    ):
         setattr(fake, name, getattr(DDTreeWorker, name).__get__(fake))
     reqs = [SimpleNamespace(sampling_params=SimpleNamespace(custom_params=None)) for _ in range(bs)]
     prefix, pools, bonus = torch.tensor([5, 11]), torch.tensor([2, 0]), torch.tensor([17, 23])
@@ -211,6 +218,7 @@ def test_decode_round_wires_the_round_functions(monkeypatch, auto):
     assert result.ddtree_budget == budget
     if auto:
         assert tree.width == 4 and torch.equal(result.ddtree_expected, expected)
+        assert fake._last_round[1:] == (bs, 3)  # the next round's interval is timed from this one
         assert result.ddtree_expected.shape == (bs, 2) and bool((result.ddtree_expected[:, 1] >= expected[:, 0]).all())
     else:
         assert result.ddtree_expected is None

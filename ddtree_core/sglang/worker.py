@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import torch
 from sglang.srt.distributed import get_tp_group
@@ -84,6 +85,7 @@ class DDTreeWorker(DFlashWorkerV2):
         self._draft_head: draft_head.DraftHead | None = None  # built with the draft CUDA graphs
         self._auto = None  # budget=auto's policy (SGLANG_DDTREE_BUDGET=auto), set with the verify graphs
         self._verify_states = {}  # verify width below W -> (attention backend, graph runner) of the target
+        self._last_round = None  # auto at TP 1: (host time, requests, budget) of the last decode round
         self._tail_impl, why = rounds.checked_tail_impl(self.device)
         if why is not None:
             logger.warning("DDTREE: %s; the round tail runs the torch path.", why)
@@ -148,13 +150,14 @@ class DDTreeWorker(DFlashWorkerV2):
             return auto.measure_cost(graphs) if any(graphs.values()) else None
 
         policy = auto.make_policy(self.settings.auto_budgets, self.block_size, os.environ, measure)
-        self._auto = policy
+        self._auto, self._auto_timed = policy, get_tp_group().world_size == 1
         auto.install(policy)
         if compat.tp_rank(self) == 0:
             logger.info("DDTREE auto over budgets %s (verify widths %s).", policy.budgets, self.settings.verify_widths)
 
     def _ddtree_forward(self, batch, on_publish, **parent_kwargs):
         if batch.forward_mode.is_extend() or batch.is_extend_in_batch or batch.forward_mode.is_idle():
+            self._last_round = None  # the next decode round's interval would include this batch
             return super().forward_batch_generation(batch, on_publish, **parent_kwargs)
         if getattr(batch, "return_logprob", False):
             raise ValueError("DDTREE speculative decoding does not support return_logprob.")
@@ -168,7 +171,7 @@ class DDTreeWorker(DFlashWorkerV2):
             batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
         prefix_lens, bs = batch.seq_lens, len(batch.seq_lens)
         request_settings = self._request_settings(batch.reqs)
-        budget = self._auto.choose(bs) if self._auto is not None else self.settings.tree.budget
+        budget = self._auto_budget(bs) if self._auto is not None else self.settings.tree.budget
         width = max(budget + 1, self.block_size)  # this round's verify width (the server's W but with auto)
         head = self._draft_head if self._draft_head is not None and bs <= self._draft_head.max_bs else None
         with timer.stage("draft"):
@@ -232,6 +235,19 @@ class DDTreeWorker(DFlashWorkerV2):
             ddtree_budget=budget,
             ddtree_expected=expected,
         )
+
+    def _auto_budget(self, bs: int) -> int:
+        """auto: this round's budget. At TP 1 the host's interval since the previous decode round of as many
+        requests first joins the policy's time outside the verify (in steady state the host waits for the device
+        each round, so the interval is a round; at TP > 1 ranks would learn different times, so they do not)."""
+        now = time.perf_counter()
+        if self._last_round is not None and self._auto_timed:
+            then, running, budget = self._last_round
+            if running == bs:
+                self._auto.observe_round(running, budget, 1000 * (now - then))
+        budget = self._auto.choose(bs)
+        self._last_round = (now, bs, budget)
+        return budget
 
     def _round_plan(self, batch, draft_input, cache_loc: torch.Tensor):
         """The round's KV id plan over its verify slots cache_loc [B, W] (compat.round_plan; None on 0.5.15)."""
