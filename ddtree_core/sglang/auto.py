@@ -124,10 +124,11 @@ def installed() -> LaggedAuto | None:
 
 def expected_at(tree: DraftTree, budgets: Sequence[int]) -> torch.Tensor:
     """[B, len(budgets)] float32: each request's expected accepted nodes at each budget, from its tree built at the
-    largest (columns past the tree's width read its last)."""
+    largest (columns past the tree's width read its last). Columns by plain indexing: an index tensor made from
+    a host list would be a pageable host-to-device copy, which waits for the stream every round."""
     expected = expected_accepts(tree)
-    columns = torch.tensor([min(b, expected.shape[1] - 1) for b in budgets], device=expected.device)
-    return expected.index_select(1, columns)
+    last = expected.shape[1] - 1
+    return torch.stack([expected[:, min(b, last)] for b in budgets], dim=1)
 
 
 def observe(expected_row: Sequence[float] | None, used: int | None, accepted_nodes: int) -> None:
