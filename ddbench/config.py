@@ -47,10 +47,11 @@ BUILTIN_DATASETS = ("mt-bench", "gsm8k", "humaneval")
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 # A DDTree budget the server chooses each round (custom_params.ddtree_budget "auto", ddtree_core.policy), up to
-# its own budget; it is only served by the engines listed here (`auto_budget_refusal` decides for a sweep).
+# its own budget; it is only served by the engines listed here (`auto_budget_refusal` decides for a sweep). The
+# SGLang plugin serves it from a server of its own, started with SGLANG_DDTREE_BUDGET=auto (harness.runner).
 # The same word as ddtree_core.settings.BUDGET_AUTO, spelled here so that reading a config imports no torch.
 AUTO_BUDGET = "auto"
-AUTO_BUDGET_ENGINES = ("reference",)
+AUTO_BUDGET_ENGINES = ("reference", "sglang")
 AUTO_LARGEST_DEFAULT = 64  # auto's largest budget in a sweep without a fixed one: the reference server's default
 
 # Fields that define what a request measures; a results folder holds one value of each.

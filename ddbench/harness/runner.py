@@ -229,9 +229,13 @@ def server_spec(config: SweepConfig, cell: Cell) -> ServerSpec:
 
     A DDTree server is started with the cell's setting (--restart-per-budget), or shared by every DDTree cell
     at the sweep's largest budget where the engine needs one (SGLang) or an `auto` cell chooses under it
-    (`SweepConfig.largest_budget`); else the engine's defaults (the reference server's --budget 64)."""
+    (`SweepConfig.largest_budget`); else the engine's defaults (the reference server's --budget 64). On SGLang
+    an `auto` cell has a server of its own (SGLANG_DDTREE_BUDGET=auto: the plugin's budgets, priced by
+    SGLANG_DDTREE_COST_TABLE where the sweep's environment sets it, else by a table it measures at startup)."""
     launch = None
-    if cell.method == "ddtree" and config.restart_per_budget:
+    if cell.method == "ddtree" and config.engine == "sglang" and cell.budget == AUTO_BUDGET:
+        launch = TreeSettings(config.largest_budget, None, auto=True)
+    elif cell.method == "ddtree" and config.restart_per_budget:
         tree = cell.tree_settings()  # held trees are asked for per request, as on a shared server
         budget = config.largest_budget if tree.auto else tree.budget
         launch = TreeSettings(budget, tree.max_depth, tree.draft_temperature)

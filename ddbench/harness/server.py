@@ -16,6 +16,7 @@ Two engines speak SGLang's `/generate` protocol:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import random
 import signal
@@ -30,7 +31,7 @@ import httpx
 
 from ddbench import env
 from ddbench.config import DDBenchError
-from ddtree_core.settings import TreeSettings
+from ddtree_core.settings import BUDGET_AUTO, ENV_BUDGET, TreeSettings
 
 WARMUP_TEXT = "Warmup"
 
@@ -89,7 +90,9 @@ class ServerSpec:
             env["OMP_NUM_THREADS"] = str(self.cpu_threads)
             env["MKL_NUM_THREADS"] = str(self.cpu_threads)
         if self.engine == "sglang" and self.launch is not None:
-            env.update(self.launch.to_environment())
+            env.update(dataclasses.replace(self.launch, auto=False).to_environment())
+            if self.launch.auto:  # the plugin's own auto budgets (ddtree_core.sglang.config)
+                env[ENV_BUDGET] = BUDGET_AUTO
         return env
 
     @property
@@ -97,7 +100,8 @@ class ServerSpec:
         label = f"{self.engine}-{self.method}"
         if self.launch is not None:
             depth = "auto" if self.launch.max_depth is None else self.launch.max_depth
-            label += f"-b{self.launch.budget}-d{depth}-dt{self.launch.draft_temperature:g}"
+            budget = BUDGET_AUTO if self.launch.auto and self.engine == "sglang" else self.launch.budget
+            label += f"-b{budget}-d{depth}-dt{self.launch.draft_temperature:g}"
             label += "-chain" if self.launch.hold_chain else ""
         return label + (f"-gpu{'_'.join(map(str, self.gpus))}" if self.gpus else "")
 

@@ -41,7 +41,6 @@ from ddbench.config import (
     AUTO_BUDGET,
     AUTO_LARGEST_DEFAULT,
     DDBenchError,
-    auto_budget_refusal,
     budget_label,
     largest_budget,
 )
@@ -386,8 +385,11 @@ def _caveat(measurement: Measurement, ddtree: Sequence[Setting]) -> str | None:
     measured, width = f"measured on {measurement.description}", f"max({server} + 1, block size)"
     fixed = {s.budget for s in ddtree if s.budget != AUTO_BUDGET}
     smaller = ", ".join(str(b) for b in sorted(b for b in fixed if b < server))
-    if any(s.budget == AUTO_BUDGET for s in ddtree) and (refusal := auto_budget_refusal("sglang")):
-        return f"{measured}; budget {AUTO_BUDGET}: {refusal}, so its bands cannot be served there as measured."
+    if any(s.budget == AUTO_BUDGET for s in ddtree):
+        return (
+            f"{measured}; budget {AUTO_BUDGET}: the SGLang plugin serves it only from a server started with "
+            f"{ENV_BUDGET}={AUTO_BUDGET}, which serves no fixed budget, so its bands need a server of their own."
+        )
     if measurement.engine != "sglang":
         return f"{measured}; an SGLang DDTree server was not measured here, its numbers may differ."
     if measurement.restart_per_budget is None:

@@ -244,7 +244,7 @@ def test_measurement_of_running_servers_has_the_width_and_tp_they_reported():
 
 def test_budget_auto_competes_and_its_band_asks_for_auto_under_the_budget_it_was_measured_with():
     """auto wins at c1, loses at c4 and ties b32 at c16 (a tie keeps the fixed budget); its band sends "auto"
-    to a server of the largest budget its cells chose under, which the SGLang plugin does not serve yet."""
+    to a server of the largest budget its cells chose under; the SGLang plugin serves it from an auto server."""
     auto = advice.Setting("ddtree", "auto", None, 1.0)
     grid = {**GRID, ("ddtree", "auto"): {1: 230.0, 4: 450.0, 16: 1300.0}}
     recommendation = advice.recommend(grid_rows(grid=grid))
@@ -258,7 +258,9 @@ def test_budget_auto_competes_and_its_band_asks_for_auto_under_the_budget_it_was
     assert [band.custom_params for band in deployment.bands] == [
         {"ddtree_budget": "auto"}, {"ddtree_budget": 128}, {"ddtree_budget": 32}
     ]  # fmt: skip
-    assert "budget auto: the sglang engine does not serve ddtree_budget auto yet" in deployment.caveat
+    assert "budget auto: the SGLang plugin serves it only from a server started with SGLANG_DDTREE_BUDGET=auto" in (
+        deployment.caveat
+    )
     alone = advice.Measurement.from_manifest({"config": {**config, "budgets": ["auto"]}})
     only_auto = advice.Recommendation("tokens_per_s", ("gsm8k",), None, (_choice(1, auto),))
     assert advice.deploy(only_auto, alone).env == {"SGLANG_DDTREE_BUDGET": "64"}

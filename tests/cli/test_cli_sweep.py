@@ -262,18 +262,15 @@ def test_bad_budgets_exit_2_with_one_line_naming_the_flag(tiny_pair, prompt_file
     assert not (tmp_path / "run").exists()
 
 
-def test_budget_auto_on_sglang_exits_2_before_anything(tiny_pair, prompt_file, tmp_path, monkeypatch):
-    """The SGLang plugin does not serve ddtree_budget auto: refused up front, whatever the GPUs (SGLang
-    counted as installed, so the missing-extra check does not answer first)."""
+def test_budget_auto_on_sglang_plans_an_auto_server(tiny_pair, prompt_file, tmp_path, monkeypatch):
+    """On SGLang (counted as installed) --budgets auto is taken: a dry run plans its cells on a server of their
+    own, SGLANG_DDTREE_BUDGET=auto, beside the fixed budget's, and starts nothing."""
     monkeypatch.setattr("ddbench.env.sglang_available", lambda: True)
     args = sweep_args(tiny_pair, prompt_file, tmp_path / "run", "--budgets", "auto,8")
     args[args.index("reference")] = "sglang"
-    result = runner.invoke(app, [*args, "--gpus", "0"])
-    assert result.exit_code == 2
-    assert result.stderr == (
-        "error: --budgets auto: the sglang engine does not serve ddtree_budget auto yet (the reference engine does)\n"
-    )
-    assert not (tmp_path / "run").exists()
+    result = runner.invoke(app, [*args, "--gpus", "0", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "sglang-ddtree-bauto" in result.output and "sglang-ddtree-b8" in result.output
     assert "'auto'" in runner.invoke(app, ["sweep", "--help"]).output
 
 

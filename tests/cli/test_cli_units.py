@@ -113,12 +113,11 @@ def test_baselines_only():
         ({"budgets": "-3"}, "--budgets (`budgets` in a config): takes integers >= 1 or auto, got '-3'$"),
         ({"budgets": [8, 2.5]}, "--budgets (`budgets` in a config): takes integers >= 1 or auto, got 2.5$"),
         ({"budgets": ""}, "--budgets takes integers >= 1 or auto, got \\[\\]$"),
-        ({"engine": "sglang", "gpus": "0", "budgets": "auto,15"}, "--budgets auto: the sglang engine does not serve"),
         ({"temperatures": "0,hot"}, "--temperatures (`temperatures` in a config): expected numbers, got 'hot'$"),
     ],
     ids=["budget-zero", "engine", "dataset", "tp", "sglang-cpu", "temperature", "unknown-key", "gpus", "stream"]
     + ["methods", "hold-chain", "hold-chain-empty", "repeats-zero", "repeats-fraction", "budget-word"]
-    + ["budget-negative", "budget-toml-float", "budgets-empty", "budget-auto-sglang", "temp-word"],
+    + ["budget-negative", "budget-toml-float", "budgets-empty", "temp-word"],
 )
 def test_bad_settings_raise_one_line(values, message):
     with pytest.raises(DDBenchError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
@@ -251,6 +250,20 @@ def test_sglang_servers_per_gpu_group_and_widest_budget_at_launch():
     dflash = ServerSpec("sglang", "dflash", "m", "d").command(1)
     assert dflash[2] == "sglang.launch_server" and "DFLASH" in dflash
     assert "--speculative-algorithm" not in ServerSpec("sglang", "ar", "m", "d").command(1)
+
+
+def test_an_sglang_auto_cell_has_a_server_of_its_own():
+    """On SGLang budget auto is a server's mode (SGLANG_DDTREE_BUDGET=auto), not a request's: the auto cells get
+    their own server, the fixed cells share the widest fixed one."""
+    config = build_config({**MODELS, "engine": "sglang", "gpus": "0", "budgets": "auto,15,63"}, {})
+    cells = [cell for cell in expand_cells(config) if cell.method == "ddtree"]
+    specs = {cell.budget: server_spec(config, cell) for cell in cells}
+    assert specs["auto"].launch == TreeSettings(63, None, 1.0, auto=True) and specs[15] == specs[63] != specs["auto"]
+    assert specs["auto"].environment()["SGLANG_DDTREE_BUDGET"] == "auto"
+    assert specs[63].environment()["SGLANG_DDTREE_BUDGET"] == "63"
+    assert specs["auto"].label.startswith("sglang-ddtree-bauto-dauto") and "-b63-" in specs[63].label
+    jobs = plan_jobs(config, expand_cells(config), 1)
+    assert sorted(len(job.cells) for job in jobs if job.spec.method == "ddtree") == [1, 2]
 
 
 def test_held_chain_launch():
