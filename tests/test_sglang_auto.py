@@ -67,12 +67,16 @@ def test_make_policy_loads_measures_or_stays_at_the_chain(tmp_path, caplog):
         failed = auto.make_policy((15, 63), 16, {}, measure=lambda: 1 / 0)
         nothing = auto.make_policy((15, 63), 16, {}, measure=lambda: None)
         unreadable = auto.make_policy((15, 63), 16, {auto.ENV_COST_TABLE: str(tmp_path / "no.json")}, measure=None)
-    assert failed.budgets == nothing.budgets == unreadable.budgets == (15,)
-    assert failed.choose(1) == 15 and unreadable.choose(64) == 15
+        remeasured = auto.make_policy(
+            (15, 63), 16, {auto.ENV_COST_TABLE: str(tmp_path / "no.json")}, measure=lambda: CostTable((16,), (5.0,))
+        )
+    assert failed.budgets == nothing.budgets == unreadable.budgets == (15,) and remeasured.budgets == (15, 63)
+    assert failed.choose(1) == 15 and unreadable.choose(64) == 15 and remeasured.cost == CostTable((16,), (5.0,))
     lines = [record.getMessage() for record in caplog.records]
     assert "measuring one failed (ZeroDivisionError: division by zero)" in lines[0]
     assert "no verify CUDA graphs to measure one with" in lines[1] and "stay at budget 15 (verify width 16)" in lines[1]
-    assert f"{tmp_path / 'no.json'} cannot be read" in lines[2]
+    assert f"{tmp_path / 'no.json'} cannot be read" in lines[2] and "rounds stay at budget 15" in lines[2]
+    assert f"{tmp_path / 'no.json'} cannot be read" in lines[3] and lines[3].endswith("measuring one instead.")
 
 
 def test_expected_at_and_observe_feed_the_installed_policy():

@@ -9,7 +9,7 @@ prefix sums of the tree's path probabilities at the candidate budgets) and they 
 results; the result processor's hook (plugin._collect_round) feeds them to the policy (`observe`), so the
 policy lags one round behind, and every TP rank, fed the same rows, chooses the same budget.
 
-Without SGLANG_DDTREE_COST_TABLE the server measures one at startup (`measure_cost`: each width's captured
+Without SGLANG_DDTREE_COST_TABLE, or with one it cannot read (a warning), the server measures one at startup (`measure_cost`: each width's captured
 verify CUDA graphs replayed at batch sizes 1..64, the median of 5 replays, tokens = batch x width); where it
 cannot (no graphs, an SGLang that keeps them elsewhere) it logs one warning and stays at its smallest budget,
 the chain-sized tree (verify width = the block, as DFLASH's).
@@ -88,9 +88,12 @@ def make_policy(
     measure: Callable[[], CostTable | None] | None = None,
 ) -> LaggedAuto:
     """The policy of a server taking `budgets` (increasing): priced by SGLANG_DDTREE_COST_TABLE, else by what
-    `measure` returns; without either, one that stays at the smallest budget (one warning)."""
+    `measure` returns (with a warning first where the table given cannot be read); without either, one that
+    stays at the smallest budget (one warning)."""
     cost, why = load_cost(environ)
-    if cost is None and measure is not None and why.endswith("is unset"):
+    if cost is None and measure is not None:
+        if not why.endswith("is unset"):
+            logger.warning("DDTREE auto: %s; measuring one instead.", why)
         try:
             cost = measure()
         except Exception as error:  # a measurement that fails must not stop the server: auto stays at the chain
