@@ -9,10 +9,11 @@ prefix sums of the tree's path probabilities at the candidate budgets) and they 
 results; the result processor's hook (plugin._collect_round) feeds them to the policy (`observe`), so the
 policy lags one round behind, and every TP rank, fed the same rows, chooses the same budget.
 
-Without SGLANG_DDTREE_COST_TABLE, or with one it cannot read (a warning), the server measures one at startup (`measure_cost`: each width's captured
-verify CUDA graphs replayed at batch sizes 1..64, the median of 5 replays, tokens = batch x width); where it
-cannot (no graphs, an SGLang that keeps them elsewhere) it logs one warning and stays at its smallest budget,
-the chain-sized tree (verify width = the block, as DFLASH's).
+Without SGLANG_DDTREE_COST_TABLE, or with one it cannot read (a warning), the server measures one at startup
+(`measure_cost`: each width's captured verify CUDA graphs replayed at batch sizes 1..64, the median of 5
+replays, tokens = batch x width); where it cannot (no graphs, TP > 1, an SGLang that keeps them elsewhere) it
+logs one warning and stays at its smallest budget, the chain-sized tree (verify width = the block, as
+DFLASH's). At TP 1 the policy also learns each round's time outside the verify (`LaggedAuto.observe_round`).
 
 Example: budgets (15, 31, 63), a table whose 16-, 32- and 64-token verifies cost about the same and whose
 1,024-token verify costs 4x: at one request the policy soon takes 63 (most expected tokens for the same time),
