@@ -79,6 +79,17 @@ def test_make_policy_loads_measures_or_stays_at_the_chain(tmp_path, caplog):
     assert f"{tmp_path / 'no.json'} cannot be read" in lines[3] and lines[3].endswith("measuring one instead.")
 
 
+def test_a_table_of_another_gpu_is_measured_again(tmp_path, caplog):
+    table = tmp_path / "h200.json"
+    CostTable((16, 64), (6.0, 6.5)).to_json(table, device="NVIDIA H200")
+    environ = {auto.ENV_COST_TABLE: str(table)}
+    assert auto.make_policy((15, 63), 16, environ, device="NVIDIA H200").cost == CostTable((16, 64), (6.0, 6.5))
+    with caplog.at_level(logging.WARNING, logger="ddtree_core.sglang.auto"):
+        policy = auto.make_policy((15, 63), 16, environ, measure=lambda: CostTable((16,), (9.0,)), device="NVIDIA H100")
+    assert policy.cost == CostTable((16,), (9.0,)) and policy.budgets == (15, 63)
+    assert f"{table} was measured on NVIDIA H200, not this NVIDIA H100; measuring one instead." in caplog.text
+
+
 def test_expected_at_and_observe_feed_the_installed_policy():
     tree = build_tree(torch.randn(2, 5, 30, generator=torch.Generator().manual_seed(3)) * 2, 40, impl="torch")
     expected = auto.expected_at(tree, (15, 31, 63))  # 63 is past the tree's 40 nodes: its last column

@@ -22,6 +22,7 @@ at sixteen 15.
 
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -39,15 +40,21 @@ ENV_COST_TABLE = "SGLANG_DDTREE_COST_TABLE"
 _policy: LaggedAuto | None = None  # the process's policy (one DDTree worker per scheduler process)
 
 
-def load_cost(environ: Mapping[str, str]) -> tuple[CostTable | None, str | None]:
-    """The cost table SGLANG_DDTREE_COST_TABLE names, or (None, why not) when it is unset or unreadable."""
+def load_cost(environ: Mapping[str, str], device: str | None = None) -> tuple[CostTable | None, str | None]:
+    """The cost table SGLANG_DDTREE_COST_TABLE names, or (None, why not) when it is unset, unreadable, or says it
+    was measured on another `device` than this one (its "device" key, a GPU's name, where it has one)."""
     path = environ.get(ENV_COST_TABLE, "").strip()
     if not path:
         return None, f"{ENV_COST_TABLE} is unset"
     try:
-        return CostTable.from_json(Path(path)), None
+        data = json.loads(Path(path).read_text())
+        table = CostTable.from_dict(data)
     except (OSError, ValueError, KeyError, TypeError) as error:
         return None, f"{ENV_COST_TABLE}={path} cannot be read ({error})"
+    measured_on = data.get("device")
+    if device is not None and measured_on is not None and measured_on != device:
+        return None, f"{ENV_COST_TABLE}={path} was measured on {measured_on}, not this {device}"
+    return table, None
 
 
 MEASURED_BATCHES = (1, 2, 4, 8, 16, 32, 64)  # the batch sizes measure_cost replays, where captured
@@ -87,11 +94,12 @@ def make_policy(
     block_size: int,
     environ: Mapping[str, str],
     measure: Callable[[], CostTable | None] | None = None,
+    device: str | None = None,
 ) -> LaggedAuto:
-    """The policy of a server taking `budgets` (increasing): priced by SGLANG_DDTREE_COST_TABLE, else by what
-    `measure` returns (with a warning first where the table given cannot be read); without either, one that
-    stays at the smallest budget (one warning)."""
-    cost, why = load_cost(environ)
+    """The policy of a server taking `budgets` (increasing) on `device` (a GPU's name): priced by
+    SGLANG_DDTREE_COST_TABLE, else by what `measure` returns (with a warning first where the table given cannot
+    be read or is another device's); without either, one that stays at the smallest budget (one warning)."""
+    cost, why = load_cost(environ, device)
     if cost is None and measure is not None:
         if not why.endswith("is unset"):
             logger.warning("DDTREE auto: %s; measuring one instead.", why)
