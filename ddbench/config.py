@@ -47,11 +47,10 @@ BUILTIN_DATASETS = ("mt-bench", "gsm8k", "humaneval")
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
 # A DDTree budget the server chooses each round (custom_params.ddtree_budget "auto", ddtree_core.policy), up to
-# its own budget; it is only served by the engines listed here (`auto_budget_refusal` decides for a sweep). The
-# SGLang plugin serves it from a server of its own, started with SGLANG_DDTREE_BUDGET=auto (harness.runner).
+# its own budget. Every engine serves it: the reference server per request, the SGLang plugin from a server of
+# its own, started with SGLANG_DDTREE_BUDGET=auto (harness.runner; running servers: harness.remote).
 # The same word as ddtree_core.settings.BUDGET_AUTO, spelled here so that reading a config imports no torch.
 AUTO_BUDGET = "auto"
-AUTO_BUDGET_ENGINES = ("reference", "sglang")
 AUTO_LARGEST_DEFAULT = 64  # auto's largest budget in a sweep without a fixed one: the reference server's default
 
 # Fields that define what a request measures; a results folder holds one value of each.
@@ -250,15 +249,6 @@ def largest_budget(budgets: Sequence[int | str]) -> int:
 def budget_label(budget: int | str) -> str:
     """How tables and plots name a DDTree budget: b64, or auto."""
     return AUTO_BUDGET if budget == AUTO_BUDGET else f"b{budget}"
-
-
-def auto_budget_refusal(engine: str) -> str | None:
-    """Why a sweep on `engine` cannot have an `auto` budget cell, or None where its DDTree servers serve it
-    (AUTO_BUDGET_ENGINES). The one place that decides, for servers ddbench starts and running ones alike."""
-    if engine in AUTO_BUDGET_ENGINES:
-        return None
-    served = " and ".join(AUTO_BUDGET_ENGINES)
-    return f"the {engine} engine does not serve ddtree_budget {AUTO_BUDGET} yet (the {served} engine does)"
 
 
 def dataset_label(spec: str) -> str:
@@ -503,13 +493,6 @@ def _validate(config: SweepConfig) -> None:
         raise ValueError(f"methods must include ar and dflash, out of {', '.join(METHODS)}; got {list(config.methods)}")
     if not config.budgets or any(b != AUTO_BUDGET and not (type(b) is int and b >= 1) for b in config.budgets):
         raise ValueError(f"--budgets takes integers >= 1 or {AUTO_BUDGET}, got {list(config.budgets)}")
-    if (
-        AUTO_BUDGET in config.budgets
-        and "ddtree" in config.methods
-        and not config.url  # running servers: each says whether it serves auto (harness.remote)
-        and (refusal := auto_budget_refusal(config.engine))
-    ):
-        raise ValueError(f"--budgets {AUTO_BUDGET}: {refusal}")
     if any(depth is not None and depth < 1 for depth in config.depths) or not config.depths:
         raise ValueError(f"depths must be >= 1, got {list(config.depths)}")
     if not config.draft_temperatures or any(t <= 0 for t in config.draft_temperatures):

@@ -20,10 +20,10 @@ and `describe` reads the two documents as a `RemoteServer`:
                 like: SGLang's server_info holds every ServerArgs field, secrets too)
 
 A DDTREE server serves every DDTree cell up to its widths through per-request custom_params, and the
-budget `auto` (chosen by the server each round, up to its own budget) where its engine serves it
-(config.auto_budget_refusal). Our SGLang plugin chooses per round only when started with
-SGLANG_DDTREE_BUDGET=auto (server_info ddtree_auto_budgets): such a server serves budget-auto cells and no
-others (its rounds take their own widths), every other DDTREE server the fixed budgets alone. An AR or DFLASH
+budget `auto` (chosen by the server each round, up to its own budget): the reference server per request; our
+SGLang plugin only when started with SGLANG_DDTREE_BUDGET=auto (server_info ddtree_auto_budgets), and such a
+server serves budget-auto cells and no others (its rounds take their own widths), every other SGLang DDTREE
+server the fixed budgets alone. An AR or DFLASH
 server serves the cells of its method (`refusal`).
 
 Worked example: our SGLang plugin started with SGLANG_DDTREE_BUDGET=63 on a block-16 drafter answers
@@ -44,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from ddbench.config import AUTO_BUDGET, Cell, DDBenchError, ServerURL, auto_budget_refusal
+from ddbench.config import AUTO_BUDGET, Cell, DDBenchError, ServerURL
 from ddbench.harness.client import auth_headers
 from ddtree_core.settings import PARAM_BUDGET, PARAM_HOLD_CHAIN, PARAM_MAX_DEPTH
 
@@ -92,8 +92,6 @@ class RemoteServer:
         if cell.budget == AUTO_BUDGET:
             if self.engine == "sglang" and not self.auto_budgets:
                 return f"budget {AUTO_BUDGET} needs a server started with SGLANG_DDTREE_BUDGET=auto"
-            if self.engine != "sglang" and (refusal := auto_budget_refusal(self.engine)):
-                return f"budget {AUTO_BUDGET}: {refusal}"
             if self.max_budget < 1:
                 return f"budget {AUTO_BUDGET} needs a server budget >= 1, not {self.max_budget}"
         elif self.auto_budgets:

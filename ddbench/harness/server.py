@@ -100,7 +100,7 @@ class ServerSpec:
         label = f"{self.engine}-{self.method}"
         if self.launch is not None:
             depth = "auto" if self.launch.max_depth is None else self.launch.max_depth
-            budget = BUDGET_AUTO if self.launch.auto and self.engine == "sglang" else self.launch.budget
+            budget = BUDGET_AUTO if self.launch.auto else self.launch.budget
             label += f"-b{budget}-d{depth}-dt{self.launch.draft_temperature:g}"
             label += "-chain" if self.launch.hold_chain else ""
         return label + (f"-gpu{'_'.join(map(str, self.gpus))}" if self.gpus else "")

@@ -130,10 +130,6 @@ def install(policy: LaggedAuto | None) -> None:
     _policy = policy
 
 
-def installed() -> LaggedAuto | None:
-    return _policy
-
-
 def expected_at(tree: DraftTree, budgets: Sequence[int]) -> torch.Tensor:
     """[B, len(budgets)] float32: each request's expected accepted nodes at each budget, from its tree built at the
     largest (columns past the tree's width read its last). Columns by plain indexing: an index tensor made from
