@@ -24,13 +24,34 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ddtree_core.types import DraftTree
+
+SHAPE_FIELDS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+SHAPE_FIELDS += ("num_key_value_heads", "vocab_size")
+
+
+def shape_identity(config: object) -> dict[str, object]:
+    """What a target's verify cost depends on in its (Hugging Face style) config: {field: value or None}."""
+    return {field: getattr(config, field, None) for field in SHAPE_FIELDS}
+
+
+def identity_mismatch(recorded: Mapping[str, object], ours: Mapping[str, object]) -> str | None:
+    """The first field of `ours` that a cost table's document `recorded` otherwise (a missing field reads None),
+    as "was measured for FIELD X, this process has Y"; None where every field agrees.
+
+    >>> identity_mismatch({"hidden_size": 4096, "dtype": "bfloat16"}, {"hidden_size": 576, "dtype": "bfloat16"})
+    'was measured for hidden_size 4096, this process has 576'
+    """
+    for field, value in ours.items():
+        if recorded.get(field) != value:
+            return f"was measured for {field} {recorded.get(field)}, this process has {value}"
+    return None
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 expectations and the result hook's feed (no SGLang needed)."""
 
 import logging
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -79,15 +81,67 @@ def test_make_policy_loads_measures_or_stays_at_the_chain(tmp_path, caplog):
     assert f"{tmp_path / 'no.json'} cannot be read" in lines[3] and lines[3].endswith("measuring one instead.")
 
 
-def test_a_table_of_another_gpu_is_measured_again(tmp_path, caplog):
-    table = tmp_path / "h200.json"
-    CostTable((16, 64), (6.0, 6.5)).to_json(table, device="NVIDIA H200")
+H200_8B = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 49152,
+    "dtype": "bfloat16",
+    "device": "NVIDIA H200",
+    "tp_size": 1,
+}
+
+
+def test_server_identity_names_the_shape_dtype_gpu_and_tp():
+    config = SimpleNamespace(**{k: v for k, v in H200_8B.items() if k not in ("dtype", "device", "tp_size")})
+    assert auto.server_identity(config, torch.bfloat16, "NVIDIA H200", 1) == H200_8B
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("device", "NVIDIA H100"), ("hidden_size", 576), ("tp_size", 2), ("dtype", "float16"), ("model_type", None)],
+)
+def test_a_table_of_another_model_gpu_or_tp_is_measured_again(tmp_path, caplog, field, value):
+    table = tmp_path / "cost.json"
+    CostTable((16, 64), (6.0, 6.5)).to_json(table, **H200_8B)
     environ = {auto.ENV_COST_TABLE: str(table)}
-    assert auto.make_policy((15, 63), 16, environ, device="NVIDIA H200").cost == CostTable((16, 64), (6.0, 6.5))
+    assert auto.make_policy((15, 63), 16, environ, identity=H200_8B).cost == CostTable((16, 64), (6.0, 6.5))
+    ours = {**H200_8B, field: value}
     with caplog.at_level(logging.WARNING, logger="ddtree_core.sglang.auto"):
-        policy = auto.make_policy((15, 63), 16, environ, measure=lambda: CostTable((16,), (9.0,)), device="NVIDIA H100")
+        policy = auto.make_policy((15, 63), 16, environ, measure=lambda: CostTable((16,), (9.0,)), identity=ours)
     assert policy.cost == CostTable((16,), (9.0,)) and policy.budgets == (15, 63)
-    assert f"{table} was measured on NVIDIA H200, not this NVIDIA H100; measuring one instead." in caplog.text
+    said = f"{table} was measured for {field} {H200_8B[field]}, this process has {value}; measuring one instead."
+    assert said in caplog.text
+
+
+def test_a_table_that_does_not_say_what_it_was_measured_for_is_measured_again(tmp_path, caplog):
+    table = tmp_path / "cost.json"
+    CostTable((16, 64), (6.0, 6.5)).to_json(table, device="NVIDIA H200")  # the GPU, but not the model
+    environ = {auto.ENV_COST_TABLE: str(table)}
+    with caplog.at_level(logging.WARNING, logger="ddtree_core.sglang.auto"):
+        policy = auto.make_policy((15, 63), 16, environ, measure=lambda: CostTable((16,), (9.0,)), identity=H200_8B)
+    assert policy.cost == CostTable((16,), (9.0,))
+    assert "was measured for model_type None, this process has llama" in caplog.text
+
+
+def test_a_measured_table_is_logged_as_a_table_the_same_server_takes(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="ddtree_core.sglang.auto"):
+        auto.make_policy((15, 63), 16, {}, measure=lambda: CostTable((16, 64), (6.01234, 6.5)), identity=H200_8B)
+    said = "measured (as SGLANG_DDTREE_COST_TABLE takes it)"
+    (line,) = [record.getMessage() for record in caplog.records if said in record.getMessage()]
+    table = tmp_path / "logged.json"
+    table.write_text(line.split("takes it): ", 1)[1])
+    cost, why = auto.load_cost({auto.ENV_COST_TABLE: str(table)}, H200_8B)
+    assert why is None and cost == CostTable((16, 64), (6.012, 6.5))
+
+
+def test_the_committed_8b_table_is_the_inflated_testbed_s_on_an_h200():
+    path = Path(__file__).resolve().parents[1] / "configs" / "cost" / "testbed8b-h200.json"
+    cost, why = auto.load_cost({auto.ENV_COST_TABLE: str(path)}, H200_8B)
+    assert why is None and cost.tokens[0] == 16
 
 
 def test_expected_at_and_observe_feed_the_installed_policy():

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from ddtree_core.policy import CostTable
+from ddtree_core.policy import CostTable, identity_mismatch, shape_identity
 
 
 @torch.inference_mode()
@@ -78,18 +78,13 @@ def measure_verify_cost(
     return CostTable(tuple(widths), tuple(round(statistics.median(samples[w]), 3) for w in widths))
 
 
-IDENTITY_FIELDS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
-IDENTITY_FIELDS += ("num_key_value_heads", "vocab_size", "dtype", "device", "threads")
-
-
 def cost_identity(target: torch.nn.Module) -> dict[str, Any]:
     """What `target`'s verify cost depends on: its config's shape, its dtype, the device (the GPU's name, or
     "cpu") and on a CPU torch's thread count (None on a GPU)."""
     config, weight = target.config, target.get_input_embeddings().weight
-    shape = {field: getattr(config, field, None) for field in IDENTITY_FIELDS[:6]}
     on_gpu = weight.device.type == "cuda"
     return {
-        **shape,
+        **shape_identity(config),
         "vocab_size": int(weight.shape[0]),
         "dtype": str(weight.dtype).removeprefix("torch."),
         "device": torch.cuda.get_device_name(weight.device) if on_gpu else weight.device.type,
@@ -108,10 +103,9 @@ def load_cost_table(
     except (OSError, ValueError, KeyError, TypeError) as error:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         return None, f"{path} is not a cost table ({type(error).__name__}: {first})"
-    ours = cost_identity(target)
-    for field in IDENTITY_FIELDS:
-        if data.get(field) != ours[field]:
-            return None, f"{path} was measured for {field} {data.get(field)}, this process has {ours[field]}"
+    mismatch = identity_mismatch(data, cost_identity(target))
+    if mismatch is not None:
+        return None, f"{path} {mismatch}"
     if table.tokens[-1] < max(widths):
         return None, f"{path} reaches {table.tokens[-1]} tokens, the widest verify here is {max(widths)}"
     return table, None

@@ -9,11 +9,15 @@ prefix sums of the tree's path probabilities at the candidate budgets) and they 
 results; the result processor's hook (plugin._collect_round) feeds them to the policy (`observe`), so the
 policy lags one round behind, and every TP rank, fed the same rows, chooses the same budget.
 
-Without SGLANG_DDTREE_COST_TABLE, or with one it cannot read (a warning), the server measures one at startup
+A table names what it was measured for (`server_identity`: the target's shape, its dtype, the GPU and the TP size)
+and a server takes it only where all of that is its own. Without SGLANG_DDTREE_COST_TABLE, or with one it cannot
+read or that was measured for another model, GPU or TP size (a warning), the server measures one at startup
 (`measure_cost`: each width's captured verify CUDA graphs replayed at batch sizes 1..64, the median of 5
 replays, tokens = batch x width); where it cannot (no graphs, TP > 1, an SGLang that keeps them elsewhere) it
 logs one warning and stays at its smallest budget, the chain-sized tree (verify width = the block, as
-DFLASH's). At TP 1 the policy also learns each round's time outside the verify (`LaggedAuto.observe_round`).
+DFLASH's). A measured table is logged as a document that SGLANG_DDTREE_COST_TABLE takes, so a TP > 1 server of
+the same model and GPU can be given one. At TP 1 the policy also learns each round's time outside the verify
+(`LaggedAuto.observe_round`).
 
 Example: budgets (15, 31, 63), a table whose 16-, 32- and 64-token verifies cost about the same and whose
 1,024-token verify costs 4x: at one request the policy soon takes 63 (most expected tokens for the same time),
@@ -30,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from ddtree_core.policy import CostTable, LaggedAuto, expected_accepts
+from ddtree_core.policy import CostTable, LaggedAuto, expected_accepts, identity_mismatch, shape_identity
 from ddtree_core.types import DraftTree
 
 logger = logging.getLogger(__name__)
@@ -40,9 +44,26 @@ ENV_COST_TABLE = "SGLANG_DDTREE_COST_TABLE"
 _policy: LaggedAuto | None = None  # the process's policy (one DDTree worker per scheduler process)
 
 
-def load_cost(environ: Mapping[str, str], device: str | None = None) -> tuple[CostTable | None, str | None]:
-    """The cost table SGLANG_DDTREE_COST_TABLE names, or (None, why not) when it is unset, unreadable, or says it
-    was measured on another `device` than this one (its "device" key, a GPU's name, where it has one)."""
+def server_identity(config: object, dtype: object, device: str, tp_size: int) -> dict[str, object]:
+    """What a server's verify cost depends on, as a cost table records it: the target's shape (its Hugging Face
+    text config), its dtype, the GPU's name and the TP size.
+
+    Example: the testbed target inflated to Llama-3.1-8B's shape in bfloat16 on one H200 ->
+    {"model_type": "llama", "hidden_size": 4096, ..., "vocab_size": 49152, "dtype": "bfloat16",
+    "device": "NVIDIA H200", "tp_size": 1}."""
+    return {
+        **shape_identity(config),
+        "dtype": str(dtype).removeprefix("torch."),
+        "device": device,
+        "tp_size": tp_size,
+    }
+
+
+def load_cost(
+    environ: Mapping[str, str], identity: Mapping[str, object] | None = None
+) -> tuple[CostTable | None, str | None]:
+    """The cost table SGLANG_DDTREE_COST_TABLE names, or (None, why not) when it is unset, unreadable, or records
+    another `identity` (`server_identity`; a field the table lacks counts as another; None: not checked)."""
     path = environ.get(ENV_COST_TABLE, "").strip()
     if not path:
         return None, f"{ENV_COST_TABLE} is unset"
@@ -51,9 +72,9 @@ def load_cost(environ: Mapping[str, str], device: str | None = None) -> tuple[Co
         table = CostTable.from_dict(data)
     except (OSError, ValueError, KeyError, TypeError) as error:
         return None, f"{ENV_COST_TABLE}={path} cannot be read ({error})"
-    measured_on = data.get("device")
-    if device is not None and measured_on is not None and measured_on != device:
-        return None, f"{ENV_COST_TABLE}={path} was measured on {measured_on}, not this {device}"
+    mismatch = None if identity is None else identity_mismatch(data, identity)
+    if mismatch is not None:
+        return None, f"{ENV_COST_TABLE}={path} {mismatch}"
     return table, None
 
 
@@ -94,12 +115,12 @@ def make_policy(
     block_size: int,
     environ: Mapping[str, str],
     measure: Callable[[], CostTable | None] | None = None,
-    device: str | None = None,
+    identity: Mapping[str, object] | None = None,
 ) -> LaggedAuto:
-    """The policy of a server taking `budgets` (increasing) on `device` (a GPU's name): priced by
+    """The policy of a server taking `budgets` (increasing), of `identity` (`server_identity`): priced by
     SGLANG_DDTREE_COST_TABLE, else by what `measure` returns (with a warning first where the table given cannot
-    be read or is another device's); without either, one that stays at the smallest budget (one warning)."""
-    cost, why = load_cost(environ, device)
+    be read or records another identity); without either, one that stays at the smallest budget (one warning)."""
+    cost, why = load_cost(environ, identity)
     if cost is None and measure is not None:
         if not why.endswith("is unset"):
             logger.warning("DDTREE auto: %s; measuring one instead.", why)
@@ -111,7 +132,9 @@ def make_policy(
             if cost is None:
                 why = f"{why} and no verify CUDA graphs to measure one with"
             else:
-                logger.info("DDTREE auto: verify ms by tokens, measured: %s", dict(zip(cost.tokens, cost.ms)))
+                ms = [round(ms, 3) for ms in cost.ms]
+                document = json.dumps({**(identity or {}), "tokens": list(cost.tokens), "ms": ms})
+                logger.info("DDTREE auto: verify ms by tokens, measured (as %s takes it): %s", ENV_COST_TABLE, document)
     if cost is None:
         logger.warning(
             "DDTREE auto: %s, so rounds stay at budget %d (verify width %d); `ddbench model calibrate` writes a table.",

@@ -149,9 +149,11 @@ class DDTreeWorker(DFlashWorkerV2):
             graphs = {w: compat.verify_graphs(r) for w, r in runners.items() if r is not None}
             return auto.measure_cost(graphs) if any(graphs.values()) else None
 
-        on_gpu = torch.device(self.device).type == "cuda"
-        gpu = torch.cuda.get_device_name(torch.device(self.device)) if on_gpu else None
-        policy = auto.make_policy(self.settings.auto_budgets, self.block_size, os.environ, measure, gpu)
+        device = torch.device(self.device)
+        gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+        config = runner.model_config
+        identity = auto.server_identity(config.hf_text_config, config.dtype, gpu, get_tp_group().world_size)
+        policy = auto.make_policy(self.settings.auto_budgets, self.block_size, os.environ, measure, identity)
         self._auto, self._auto_timed = policy, get_tp_group().world_size == 1
         auto.install(policy)
         if compat.tp_rank(self) == 0:
