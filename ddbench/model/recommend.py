@@ -16,8 +16,12 @@ A sweep with repeats is read as one row per setting, the median over its repeats
 Applying it (`deploy`): one DDTree server started with the largest budget any band needs
 (SGLANG_DDTREE_BUDGET; it fixes the verify width max(budget + 1, block size) and the CUDA graphs),
 and per concurrency band the `custom_params` that lower budget, depth or draft temperature per
-request (a band of budget `auto` asks for "ddtree_budget": "auto" under the server's budget, then at least
-the one its measured cells chose under). Trees that hold the drafter's chain (`+chain`) are server-wide
+request. Bands of budget `auto` go to a server of their own, started with SGLANG_DDTREE_BUDGET=auto (the
+budgets its measured server chose among, `auto:15,31,63`, where the manifest names them): the plugin serves
+"ddtree_budget": "auto" only there, and such a server serves no fixed budget. It picks each round's budget
+from the running requests, the expected acceptance of recent trees and a verify cost table
+(SGLANG_DDTREE_COST_TABLE, one measured for the same model, GPU and TP size; without it the server measures
+its own at startup, at TP 1). Trees that hold the drafter's chain (`+chain`) are server-wide
 (SGLANG_DDTREE_HOLD_CHAIN=1) when every DDTree band holds it, else asked per request
 (`"ddtree_hold_chain": true`). A DDTree server cannot run linear DFlash or plain decoding, so bands where
 DFLASH or AR win need their own server. `Measurement` reads from the manifest how the DDTree cells were
@@ -37,13 +41,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ddbench.config import (
-    AUTO_BUDGET,
-    AUTO_LARGEST_DEFAULT,
-    DDBenchError,
-    budget_label,
-    largest_budget,
-)
+from ddbench.config import AUTO_BUDGET, DDBenchError, budget_label, largest_budget
 from ddbench.harness.report import CellSummary
 from ddtree_core.settings import (
     ENV_BUDGET,
@@ -231,30 +229,31 @@ class Measurement:
     draft: str
     tp: int
     server_args: tuple[str, ...]
-    auto_largest: int = AUTO_LARGEST_DEFAULT  # the largest budget the last run's auto cells chose under
+    auto_budgets: tuple[int, ...] = ()  # the budgets the last run's auto server chose among; (): its default
 
     @classmethod
     def from_manifest(cls, manifest: dict[str, Any]) -> Measurement:
         """Shared budgets: ddbench.harness.runner.server_spec's (the widest tree, narrowed per request), or on running
         servers (`ddbench sweep --url`: the run's "servers") the ddtree_budget each DDTREE server reported,
-        whose tp_size is then the last run's tp. auto_largest: ddbench.harness.runner.server_spec's budget of the last
-        run, or the widest DDTREE server it ran on (ddbench.harness.fleet sends auto cells there)."""
+        whose tp_size is then the last run's tp. auto_budgets: the ddtree_auto_budgets a running auto server reported
+        (a server ddbench starts for auto takes SGLANG_DDTREE_BUDGET=auto, the plugin's default budgets)."""
         try:
             last = manifest["config"]
             runs = manifest.get("runs") or [{"config": last}]
-            modes = {bool(run["config"].get("restart_per_budget")) for run in runs}
+            modes = {_per_budget(run) for run in runs}
             shared = {
                 budget
                 for run in runs
-                if run["config"]["engine"] == "sglang" and not run["config"].get("restart_per_budget")
+                if run["config"]["engine"] == "sglang" and not _per_budget(run)
                 for budget in _shared_budgets(run)
             }
             servers = [server for server in runs[-1].get("servers", []) if server["method"] == "ddtree"]
             tp = servers[0]["settings"].get("tp_size") if servers else last.get("tp")  # running servers: reported
-            auto_largest = max(_shared_budgets(runs[-1])) if servers else largest_budget(last["budgets"])
+            auto = [server["settings"].get("ddtree_auto_budgets") for server in servers]
+            auto_budgets = tuple(next((budgets for budgets in auto if budgets), ()))
             return cls(
                 last["engine"], modes.pop() if len(modes) == 1 else None, tuple(sorted(shared)),
-                last["model"], last["draft"], int(tp or 1), tuple(last.get("server_args") or ()), auto_largest,
+                last["model"], last["draft"], int(tp or 1), tuple(last.get("server_args") or ()), auto_budgets,
             )  # fmt: skip
         except (KeyError, TypeError, ValueError) as error:
             raise DDBenchError(f"malformed manifest ({error!r})") from error
@@ -266,12 +265,24 @@ class Measurement:
         if self.restart_per_budget is None:
             return "partly one server per DDTree setting, partly one shared server (the runs differ)"
         if self.restart_per_budget:
-            return "one server per DDTree setting (manifest config.restart_per_budget: true)"
+            return "one server per DDTree budget (started so, or running servers of each measured budget)"
         budgets = " or ".join(map(str, self.shared_budgets))
         return (
             f"one shared DDTree server started with {ENV_BUDGET}={budgets}, budgets lowered per "
             "request (manifest config.restart_per_budget: false)"
         )
+
+
+def _per_budget(run: dict[str, Any]) -> bool:
+    """Whether a run (manifest "runs" entry) measured each fixed budget on a server of that budget: started one per
+    budget (restart_per_budget), or running servers (`ddbench sweep --url`, which sends a cell to the narrowest
+    server that serves it) of every budget it measured."""
+    if run["config"].get("restart_per_budget"):
+        return True
+    if "servers" not in run:
+        return False
+    fixed = {budget for budget in run["config"]["budgets"] if budget != AUTO_BUDGET}
+    return fixed <= set(_shared_budgets(run))
 
 
 def _shared_budgets(run: dict[str, Any]) -> list[int]:
@@ -303,29 +314,21 @@ class Deployment:
     """The servers and request settings that apply a Recommendation."""
 
     env: dict[str, str]  # the DDTree server's SGLANG_DDTREE_* variables; empty: no band needs DDTree
-    command: str | None  # the DDTree server's launch command
+    command: str | None  # the DDTree server's launch command (the auto server's where only auto bands need one)
     bands: tuple[Band, ...]
-    other_servers: dict[str, str]  # launch command of each other method a band needs (DFLASH, AR)
+    other_servers: dict[str, str]  # launch command of each other server a band needs (DFLASH, AR, DDTree auto)
     caveat: str | None  # whether the measured numbers hold on the DDTree server
 
 
 def deploy(recommendation: Recommendation, measurement: Measurement) -> Deployment:
-    """One DDTree server sized for the largest band, per-band custom_params, other servers, the caveat."""
+    """One DDTree server sized for the largest fixed-budget band, one auto server for the auto bands (the main one
+    where no band has a fixed budget), per-band custom_params, other servers, the caveat."""
     ddtree = [c.chosen for c in recommendation.choices if c.chosen is not None and c.chosen.method == "ddtree"]
-    if not ddtree:
-        env, server = {}, None
-    else:
-        depths = {s.max_depth for s in ddtree}
-        server_depth = None if None in depths else max(depths)  # None: the block size - 1
-        temperatures = {s.draft_temperature for s in ddtree}
-        server_dt = temperatures.pop() if len(temperatures) == 1 else 1.0
-        server_held = all(s.hold_chain for s in ddtree)
-        budget = max(_server_budget(s, measurement) for s in ddtree)
-        server = Setting("ddtree", budget, server_depth, server_dt, server_held)
-        env = {ENV_BUDGET: str(server.budget)}
-        env.update({ENV_MAX_DEPTH: str(server_depth)} if server_depth is not None else {})
-        env.update({ENV_DRAFT_TEMPERATURE: f"{server_dt:g}"} if server_dt != 1.0 else {})
-        env.update({ENV_HOLD_CHAIN: "1"} if server_held else {})
+    fixed = [s for s in ddtree if s.budget != AUTO_BUDGET]
+    auto = [s for s in ddtree if s.budget == AUTO_BUDGET]
+    auto_value = f"{AUTO_BUDGET}:{','.join(map(str, measurement.auto_budgets))}" if measurement.auto_budgets else None
+    fixed_server, fixed_env = _server(fixed, max((s.budget for s in fixed), default=0))
+    auto_server, auto_env = _server(auto, auto_value or AUTO_BUDGET)
     bands = []
     for choice in recommendation.choices:
         last = bands[-1] if bands else None
@@ -334,21 +337,40 @@ def deploy(recommendation: Recommendation, measurement: Measurement) -> Deployme
                 last.temperature, last.concurrencies + (choice.concurrency,), last.setting, last.custom_params
             )
         else:
-            params = _custom_params(choice.chosen, server)
+            on_auto = choice.chosen is not None and choice.chosen.budget == AUTO_BUDGET
+            params = _custom_params(choice.chosen, auto_server if on_auto else fixed_server)
             bands.append(Band(choice.temperature, (choice.concurrency,), choice.chosen, params))
     others = {s.label: _launch(measurement, s) for s in (DFLASH, AR) if any(b.setting == s for b in bands)}
+    env = fixed_env or auto_env
+    if fixed_env and auto_env:
+        others[AUTO_SERVER] = _launch(measurement, Setting("ddtree"), auto_env)
     command = _launch(measurement, Setting("ddtree"), env) if env else None
     return Deployment(env, command, tuple(bands), others, _caveat(measurement, ddtree))
+
+
+AUTO_SERVER = "DDTree auto"  # other_servers' name of an auto server beside a fixed-budget one
+
+
+def _server(settings: Sequence[Setting], budget: int | str) -> tuple[Setting | None, dict[str, str]]:
+    """The DDTree server that serves `settings` (its launch settings) and its SGLANG_DDTREE_* variables, with
+    SGLANG_DDTREE_BUDGET=`budget`; (None, {}) for no settings."""
+    if not settings:
+        return None, {}
+    depths = {s.max_depth for s in settings}
+    depth = None if None in depths else max(depths)  # None: the block size - 1
+    temperatures = {s.draft_temperature for s in settings}
+    temperature = temperatures.pop() if len(temperatures) == 1 else 1.0
+    held = all(s.hold_chain for s in settings)
+    env = {ENV_BUDGET: str(budget)}
+    env.update({ENV_MAX_DEPTH: str(depth)} if depth is not None else {})
+    env.update({ENV_DRAFT_TEMPERATURE: f"{temperature:g}"} if temperature != 1.0 else {})
+    env.update({ENV_HOLD_CHAIN: "1"} if held else {})
+    return Setting("ddtree", budget, depth, temperature, held), env
 
 
 def _rank(budget: int | str) -> float:
     """A budget's place among equally good settings, the smaller first; auto after every fixed budget."""
     return math.inf if budget == AUTO_BUDGET else budget
-
-
-def _server_budget(setting: Setting, measurement: Measurement) -> int:
-    """The server budget a DDTree setting needs: its own, or for auto the one its measured cells chose under."""
-    return measurement.auto_largest if setting.budget == AUTO_BUDGET else setting.budget
 
 
 def _custom_params(setting: Setting | None, server: Setting | None) -> dict | None:
@@ -378,18 +400,25 @@ def _launch(measurement: Measurement, setting: Setting, env: dict[str, str] | No
 
 
 def _caveat(measurement: Measurement, ddtree: Sequence[Setting]) -> str | None:
-    """Whether the DDTree cells were measured at the verify width the shared server gives every request."""
+    """Whether the DDTree cells were measured at the verify width the shared server gives every request, and how an
+    auto server prices its rounds."""
     if not ddtree:
         return None
-    server = max(_server_budget(s, measurement) for s in ddtree)
-    measured, width = f"measured on {measurement.description}", f"max({server} + 1, block size)"
-    fixed = {s.budget for s in ddtree if s.budget != AUTO_BUDGET}
-    smaller = ", ".join(str(b) for b in sorted(b for b in fixed if b < server))
-    if any(s.budget == AUTO_BUDGET for s in ddtree):
-        return (
-            f"{measured}; budget {AUTO_BUDGET}: the SGLang plugin serves it only from a server started with "
-            f"{ENV_BUDGET}={AUTO_BUDGET}, which serves no fixed budget, so its bands need a server of their own."
+    fixed = sorted({s.budget for s in ddtree if s.budget != AUTO_BUDGET})
+    measured = f"measured on {measurement.description}"
+    if len(fixed) < len(ddtree) or not fixed:
+        auto = (
+            f"budget {AUTO_BUDGET}: its server picks each round's budget from a verify cost table, the one "
+            "SGLANG_DDTREE_COST_TABLE names where it was measured for the same model, GPU and TP size, else one it "
+            "measures at startup from its verify CUDA graphs (TP 1; at TP > 1 without a table it stays at its "
+            "smallest budget)"
         )
+        if not fixed:
+            return f"{measured}; {auto}."
+        measured = f"{measured}; {auto}"
+    server = fixed[-1]
+    width = f"max({server} + 1, block size)"
+    smaller = ", ".join(str(b) for b in fixed if b < server)
     if measurement.engine != "sglang":
         return f"{measured}; an SGLang DDTree server was not measured here, its numbers may differ."
     if measurement.restart_per_budget is None:
@@ -482,6 +511,8 @@ def print_recommendation(
             how = "no recommendation (see the notes above)"
         else:
             how = f"{band.setting.label} wins: a DDTree server cannot run it; send these to {band.setting.label}"
+        if band.setting is not None and band.setting.budget == AUTO_BUDGET and AUTO_SERVER in deployment.other_servers:
+            how += f" on the {AUTO_SERVER} server"
         measured = f" (measured at {', '.join(map(str, band.concurrencies))})" if len(band.concurrencies) > 1 else ""
         say(f"  temperature {band.temperature:g}, {band.label}{measured}: {how}")
     for label, command in deployment.other_servers.items():

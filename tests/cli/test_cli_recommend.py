@@ -217,7 +217,7 @@ def test_measurement_from_manifest_and_the_width_caveat():
     assert restarted.restart_per_budget is True and restarted.shared_budgets == ()
     recommendation = advice.recommend(grid_rows())
     caveat = advice.deploy(recommendation, restarted).caveat
-    assert "restart_per_budget: true" in caveat and "the budget 32 bands pay padding columns" in caveat
+    assert "one server per DDTree budget (started so" in caveat and "the budget 32 bands pay padding columns" in caveat
     shared = {**config, "restart_per_budget": False, "budgets": [32, 128, 256]}
     mixed = advice.Measurement.from_manifest({"config": shared, "runs": [{"config": config}, {"config": shared}]})
     assert mixed.restart_per_budget is None and mixed.shared_budgets == (256,)
@@ -240,11 +240,15 @@ def test_measurement_of_running_servers_has_the_width_and_tp_they_reported():
     assert (running.shared_budgets, running.tp) == ((127,), 2)
     caveat = advice.deploy(advice.recommend(grid_rows()), running).caveat
     assert "one shared DDTree server started with SGLANG_DDTREE_BUDGET=127" in caveat
+    each = [{"method": "ddtree", "settings": {"ddtree_budget": b, "tp_size": 1}} for b in (32, 64)]
+    per_budget = advice.Measurement.from_manifest({"config": config, "runs": [{"config": config, "servers": each}]})
+    assert per_budget.restart_per_budget is True and per_budget.shared_budgets == ()  # each cell on its budget's
 
 
-def test_budget_auto_competes_and_its_band_asks_for_auto_under_the_budget_it_was_measured_with():
-    """auto wins at c1, loses at c4 and ties b32 at c16 (a tie keeps the fixed budget); its band sends "auto"
-    to a server of the largest budget its cells chose under; the SGLang plugin serves it from an auto server."""
+def test_budget_auto_competes_and_its_bands_go_to_an_auto_server():
+    """auto wins at c1, loses at c4 and ties b32 at c16 (a tie keeps the fixed budget); its band sends "auto" to
+    a server of its own started with SGLANG_DDTREE_BUDGET=auto (the plugin serves auto only there), beside the
+    fixed-budget server; where auto wins every DDTree band, the auto server is the only DDTree server."""
     auto = advice.Setting("ddtree", "auto", None, 1.0)
     grid = {**GRID, ("ddtree", "auto"): {1: 230.0, 4: 450.0, 16: 1300.0}}
     recommendation = advice.recommend(grid_rows(grid=grid))
@@ -252,21 +256,45 @@ def test_budget_auto_competes_and_its_band_asks_for_auto_under_the_budget_it_was
     assert auto.label == "DDTree auto"
     config = {"engine": "reference", "model": "M", "draft": "D", "budgets": ["auto", 32, 64]}
     measured = advice.Measurement.from_manifest({"config": config})
-    assert measured.auto_largest == 64  # the largest fixed budget of the sweep: its DDTree server's
+    assert measured.auto_budgets == ()  # no running auto server reported its budgets: the plugin's default
     deployment = advice.deploy(recommendation, measured)
     assert deployment.env == {"SGLANG_DDTREE_BUDGET": "128"}
     assert [band.custom_params for band in deployment.bands] == [
         {"ddtree_budget": "auto"}, {"ddtree_budget": 128}, {"ddtree_budget": 32}
     ]  # fmt: skip
-    assert "budget auto: the SGLang plugin serves it only from a server started with SGLANG_DDTREE_BUDGET=auto" in (
-        deployment.caveat
-    )
+    assert deployment.other_servers["DDTree auto"].startswith("SGLANG_DDTREE_BUDGET=auto python -m ddtree_core")
+    assert "budget auto: its server picks each round's budget from a verify cost table" in deployment.caveat
+    assert "an SGLang DDTree server was not measured here" in deployment.caveat
     alone = advice.Measurement.from_manifest({"config": {**config, "budgets": ["auto"]}})
     only_auto = advice.Recommendation("tokens_per_s", ("gsm8k",), None, (_choice(1, auto),))
-    assert advice.deploy(only_auto, alone).env == {"SGLANG_DDTREE_BUDGET": "64"}
-    servers = [{"method": "ddtree", "settings": {"ddtree_budget": 255}}]
+    assert advice.deploy(only_auto, alone).env == {"SGLANG_DDTREE_BUDGET": "auto"}
+    assert advice.deploy(only_auto, alone).other_servers == {}
+    servers = [
+        {"method": "ddtree", "settings": {"ddtree_budget": 255, "ddtree_auto_budgets": []}},
+        {"method": "ddtree", "settings": {"ddtree_budget": 63, "ddtree_auto_budgets": [15, 31, 63]}},
+    ]
     running = advice.Measurement.from_manifest({"config": config, "runs": [{"config": config, "servers": servers}]})
-    assert advice.deploy(only_auto, running).env == {"SGLANG_DDTREE_BUDGET": "255"}
+    assert running.auto_budgets == (15, 31, 63)
+    deployment = advice.deploy(only_auto, running)
+    assert deployment.env == {"SGLANG_DDTREE_BUDGET": "auto:15,31,63"}
+    assert deployment.bands[0].custom_params == {"ddtree_budget": "auto"}
+    assert "SGLANG_DDTREE_COST_TABLE" in deployment.caveat
+
+
+def test_an_auto_band_is_printed_with_its_server(tmp_path):
+    """The printed deployment sends the auto band to the auto server and starts it."""
+    auto = advice.Setting("ddtree", "auto", None, 1.0)
+    recommendation = advice.Recommendation(
+        "tokens_per_s", ("gsm8k",), None, (_choice(1, auto), _choice(16, B32))
+    )
+    measured = advice.Measurement.from_manifest({"config": {"engine": "sglang", "model": "M", "draft": "D",
+                                                           "budgets": ["auto", 32], "restart_per_budget": True}})
+    console = Console(record=True, width=400)
+    advice.print_recommendation(recommendation, measured, advice.deploy(recommendation, measured), console)
+    text = console.export_text()
+    assert 'concurrency 1: {"ddtree_budget": "auto"} on the DDTree auto server' in text
+    assert "DDTree auto server: SGLANG_DDTREE_BUDGET=auto python -m ddtree_core.sglang.launch_server" in text
+    assert "SGLANG_DDTREE_BUDGET=32 python -m ddtree_core.sglang.launch_server" in text
 
 
 @pytest.mark.parametrize(
