@@ -10,7 +10,7 @@
 #   bash scripts/h200.sh wait SECS    wait for the jobs, pack logs and results into $OUT
 #   bash scripts/h200.sh get FILE     a file under the work folder into $OUT, in 15 MiB pieces
 # A `/` splits the jobs into queues that run side by side, the first on GPU 0, the next on GPU 1
-# (nvidia-h200-x2): `serve trace grid / gputests kvleak` (logs sweeps-0.log, sweeps-1.log).
+# (nvidia-h200-x2): `serve trace grid / gputests load` (logs sweeps-0.log, sweeps-1.log).
 # Jobs (default: match parity-p1 parity-p16, the first run's):
 #   match       the reference engine's held-out prompts and budgets (+ budget 15), concurrency 1
 #   match-ref   the same prompts through the reference engine (bf16, on the GPU) and SGLang, 32 per cell, then
@@ -26,7 +26,8 @@
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   chisq       ddbench.check.sampled: DDTree b15 and b63 sample their first two tokens as the target-only server does
 #               (chi-square, 2,000 draws per prompt, T = 1 and T = 0.7 / top-p 0.9), and a planted failure is caught
-#   kvleak      scripts/kv_leak.py against a DDTREE server with --enable-metrics, page 1 and 16
+#   load        ddbench check load (a load with aborts, disconnects and bad input; then no KV leaked, the same greedy
+#               outputs, /metrics consistent) against DDTree b63 at page size 1 and 16 and an auto server
 #   auto        SGLANG_DDTREE_BUDGET=auto beside AR, DFLASH, b15 and b63 servers (the testbed pair): greedy parity,
 #               tokens/s at 1 and 16 in flight and the budgets auto took (three passes; its startup lines in
 #               auto-startup.txt)
@@ -257,18 +258,21 @@ sweeps)
           --concurrency 1,16 --max-new-tokens 128 --repeats 3 --data-dir "$W/data" --out "$R/sweep"
         echo "auto sweep rc=$?" >> "$W/done"
         for pid in "${pids[@]}"; do SERVER_PID=$pid && stop_server; done ;;
-      kvleak)
-        for page in 1 16; do
-          serve_algo "kvleak-server-p$page" $PORT DDTREE 64 --enable-metrics --page-size $page \
-            || { echo "kvleak p$page: no server"; stop_server; continue; }
-          python3 scripts/kv_leak.py --url http://127.0.0.1:$PORT > "$W/runs/kv_leak-p$page.txt" 2>&1
-          python3 scripts/kv_leak.py --url http://127.0.0.1:$PORT --abort-fraction 0.1 \
-            >> "$W/runs/kv_leak-p$page.txt" 2>&1
+      load)  # issue 35's load with faults (ddbench check load: 2,000 requests, 32 in flight, 10 % aborted, 10 %
+        # disconnected, 5 % invalid), against DDTree b63 at page size 1 and 16 and an auto server at page 1: no KV
+        # leaked, the fixed set's greedy outputs unchanged, /metrics consistent
+        R=$W/runs/load && mkdir -p "$R"
+        for spec in "b63-p1 63 1" "b63-p16 63 16" "auto-p1 auto:15,31,63 1"; do
+          read -r name budget page <<< "$spec"
+          nvidia-smi > "$R/nvidia-smi-$name.txt"
+          serve_algo "load-server-$name" $PORT DDTREE "$budget" --enable-metrics --page-size "$page" \
+            --cuda-graph-max-bs 32 || { echo "load $name: no server" >> "$W/done"; stop_server; continue; }
+          python3 -m ddbench check load --url http://127.0.0.1:$PORT --out "$R/$name.json" > "$R/$name.txt" 2>&1
+          echo "load $name rc=$?" >> "$W/done"
           python3 -c "import httpx; print(httpx.get('http://127.0.0.1:$PORT/metrics').text)" \
-            | grep -E '^sglang:(ddtree_|spec_)' > "$W/runs/metrics-p$page.txt"
+            | grep -E '^sglang:(ddtree_|spec_|num_|generation_)' > "$R/metrics-$name.txt"
           stop_server
-        done
-        echo "kvleak rc=0" >> "$W/done" ;;
+        done ;;
       rounds)  # round times from the servers' own decode logs: DFLASH vs DDTree b15 / b128, eager and folded;
         # b15 holding the chain verifies DFLASH's own tree (the difference is the DDTree round's overhead)
         for spec in "dflash DFLASH 0 0 0" "ddtree-b15 DDTREE 15 0 0" "ddtree-b15-chain DDTREE 15 0 1" \

@@ -1,6 +1,7 @@
 """`ddbench check`: is an engine's output what it should be? Greedy divergences from AR and the target's logit
 gap there (`diverge`), the engine's rounds recomputed by the reference engine (`replay`), and a chi-square test
-of sampled tokens against the target-only server's (`sampled`)."""
+of sampled tokens against the target-only server's (`sampled`), and a serving load with faults after which the
+server must still hold (`load`)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,17 @@ TOOLS = {
         "ddbench.check.replay:main",
         "Replay an engine's greedy responses with the reference engine; compare acceptance on the same text.",
     ),
+    "load": Tool(
+        "ddbench.check.load:main",
+        "A load with aborts, disconnects and bad input; then no KV leaked, the same outputs, /metrics consistent.",
+    ),
     "sampled": Tool(
         "ddbench.check.sampled:main",
         "Is a speculative server's sampled output distributed as the target's own? A two-sample chi-square test.",
     ),
 }
 app = typer.Typer(
-    help="Is the output right? Divergences from AR, rounds replayed by the reference engine, sampling tested.",
+    help="Is the output right? Divergences from AR, rounds replayed, sampling tested, a load with faults survived.",
     no_args_is_help=True,
     cls=lazy_group(TOOLS),
 )

@@ -12,7 +12,7 @@ from ddbench.cli import ALIASES, app
 
 ROLES = {
     "": {"sweep", "report", "plot", "compare", "baseline", "serve", "check", "model", "kernels", "testbed"},
-    "check": {"diverge", "replay", "sampled"},
+    "check": {"diverge", "load", "replay", "sampled"},
     "model": {"cost", "cost-sglang", "project", "strength", "recommend", "accept", "calibrate"},
     "kernels": {"bench", "tune", "trace"},
     "kernels tune": {"topk", "build"},
