@@ -2,6 +2,7 @@
 server that can leak KV slots, accept bad input, change its outputs or miscount its metrics."""
 
 import json
+import math
 import random
 import threading
 import time
@@ -69,7 +70,13 @@ def test_invalid_params_refuse_auto_only_on_a_fixed_server():
     assert ("ddtree_budget", {"custom_params": {"ddtree_budget": "auto"}}) not in load.invalid_params(
         {**fixed, "ddtree_auto_budgets": [15, 31, 63]}
     )
-    assert load.invalid_params({"speculative_algorithm": None}) == [("max_new_tokens", {"max_new_tokens": -1})]
+    assert [field for field, _ in load.invalid_params({"speculative_algorithm": None})] == [
+        "max_new_tokens", "context length"
+    ]  # fmt: skip
+    temperatures = [b["custom_params"][f] for f, b in bad if f == "ddtree_draft_temperature"]
+    assert math.isnan(temperatures[2]) and temperatures[3] == math.inf
+    body = load._body(load.Request("r", "invalid", "p", 4, 0.0, {"ddtree_draft_temperature": math.nan}, False))
+    assert b'"ddtree_draft_temperature": NaN' in body["content"]
 
 
 def test_plan_draws_the_kinds_and_cycles_the_rest():
@@ -93,8 +100,8 @@ def test_plan_draws_the_kinds_and_cycles_the_rest():
 class StandIn(BaseHTTPRequestHandler):
     """SGLang's endpoints over a token count: a request holds 10 KV tokens while it runs and frees all but `leak`
     of them at its end (finished, aborted or disconnected); custom_params are checked as the plugin checks them
-    (one line naming the field) unless `lax`; `drift` changes the greedy outputs once the load began; `miscount`
-    counts each finished request twice in /metrics."""
+    (one line naming the field) unless `lax` (accepted) or `vague` (refused in two lines naming nothing); `drift`
+    changes the greedy outputs once the load began; `miscount` counts each finished request twice in /metrics."""
 
     state: dict = {}
     lock = threading.Lock()
@@ -124,14 +131,20 @@ class StandIn(BaseHTTPRequestHandler):
         loads = {"num_running_reqs": state["running"], "num_waiting_reqs": 0, "max_total_num_tokens": 1000}
         return self.reply(200, {"loads": [{**loads, "num_used_tokens": state["used"]}]})
 
-    def refusal(self, params: dict) -> str | None:
+    def refusal(self, body: dict) -> str | None:
+        params = body["sampling_params"]
+        if len(body.get("input_ids") or ()) >= 8192:
+            tokens = len(body["input_ids"])
+            return f"The input ({tokens} tokens) is longer than the model's context length (8192 tokens)."
+        if params["max_new_tokens"] < 0:
+            return f"max_new_tokens must be at least 0, got {params['max_new_tokens']}."
         for key, value in (params.get("custom_params") or {}).items():
             if key == "ddtree_budget":
                 if value == "auto" and self.state["auto"]:
                     continue
                 if not isinstance(value, int) or not 0 <= value <= 16:
                     return f"custom_params.ddtree_budget must be an int in [0, 16], got {value!r}"
-            elif key == "ddtree_draft_temperature" and not value > 0:
+            elif key == "ddtree_draft_temperature" and not 0 < value < math.inf:
                 return f"custom_params.ddtree_draft_temperature must be > 0, got {value!r}"
             elif key == "ddtree_max_depth" and not 1 <= value <= 15:
                 return f"custom_params.ddtree_max_depth must be in [1, 15], got {value!r}"
@@ -159,9 +172,9 @@ class StandIn(BaseHTTPRequestHandler):
                 state["aborted"].add(body["rid"])
             return self.reply(200, {})
         params = body["sampling_params"]
-        why = None if state["lax"] else self.refusal(params)
+        why = None if state["lax"] else self.refusal(body)
         if why is not None:
-            return self.reply(400, {"error": {"message": why}})
+            return self.reply(400, {"error": {"message": "Bad request.\nSee the log." if state["vague"] else why}})
         with self.lock:
             state["used"] += 10
             state["running"] += 1
@@ -170,6 +183,8 @@ class StandIn(BaseHTTPRequestHandler):
         prompt = body.get("text") or str(body.get("input_ids"))
         shift = 1 if state["drift"] and state["load_began"] else 0
         ids = [(len(prompt) + i + shift) % 97 for i in range(max(params["max_new_tokens"], 0))]
+        if state["lax"] and len(body.get("input_ids") or ()) >= 8192:
+            ids = []  # a lax server truncates
         if not body.get("stream"):
             self.ended(len(ids))
             return self.reply(200, {"text": "x", "output_ids": ids, "meta_info": self.meta(len(ids), "length")})
@@ -177,6 +192,10 @@ class StandIn(BaseHTTPRequestHandler):
         self.end_headers()
         sent = 0
         try:
+            if not ids:  # max_new_tokens 0: one chunk, finished
+                self.wfile.write(f"data: {json.dumps({'text': '', 'meta_info': self.meta(0, 'length')})}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                return
             for sent in range(1, len(ids) + 1):
                 if body["rid"] in state["aborted"]:
                     sent -= 1
@@ -210,7 +229,7 @@ class StandInServer(ThreadingHTTPServer):
 def server(monkeypatch):
     monkeypatch.setattr(load, "POLL_S", 0.01)
     StandIn.state = {
-        "used": 7, "running": 0, "leak": 0, "lax": False, "drift": False, "miscount": False, "auto": [],
+        "used": 7, "running": 0, "leak": 0, "lax": False, "vague": False, "drift": False, "miscount": False, "auto": [],
         "aborted": set(), "requests": 0, "tokens": 0, "load_began": False,
     }  # fmt: skip  (used 7: left over before the check, which flushes first)
     httpd = StandInServer(("127.0.0.1", 0), StandIn)
@@ -223,7 +242,7 @@ FAULTS = {"abort": 0.15, "disconnect": 0.15, "invalid": 0.15}
 
 
 def check(url: str, **kwargs) -> dict:
-    settings = dict(requests=120, concurrency=8, lengths=(1, 8, 40), fractions=FAULTS, fixed=4, fixed_tokens=8)
+    settings = dict(requests=120, concurrency=8, lengths=(0, 1, 8, 40), fractions=FAULTS, fixed=4, fixed_tokens=8)
     return load.run_check(url, **{**settings, **kwargs})
 
 
@@ -248,6 +267,7 @@ def test_an_auto_server_is_sent_auto_too(server):
     [
         ("leak", lambda r: r["leaked_tokens"] > 0),
         ("lax", lambda r: r["failed_by_kind"] == {"invalid": r["kinds"]["invalid"]}),
+        ("vague", lambda r: "is not one line naming" in r["first_failures"][0]["error"]),
         ("drift", lambda r: r["fixed_set_same"] == 0),
         ("miscount", lambda r: not r["metrics"]["ok"] and "num_requests_total" in r["metrics"]["why"][0]),
     ],

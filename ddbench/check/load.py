@@ -19,9 +19,10 @@ The check, in order:
      must end (finish_reason abort, or length/stop where it finished first);
    - `disconnect`: streamed; the client closes the connection after the first chunk (SGLang aborts it);
    - `invalid`: custom_params the server must refuse (a budget that is negative, a string, a float, above the
-     server's, or `auto` on a fixed server; a draft temperature <= 0; a depth 0 or past the block; an unknown
-     ddtree_* key), or max_new_tokens -1 on a server without DDTREE: HTTP 400 with a one-line message that
-     names the field.
+     server's, or `auto` on a fixed server; a draft temperature <= 0, NaN or infinite; a depth 0 or past the
+     block; an unknown ddtree_* key), max_new_tokens -1, or a prompt of LONG_PROMPT tokens, past any context:
+     HTTP 400 with a one-line message that names the field ("context length" for the prompt).
+   max_new_tokens 0 (in the default lengths) is valid: an empty answer.
 4. Once the server is idle again: the KV tokens in use must be back at their start (0 leaked: KV slots freed
    by the aborts and disconnects too).
 5. The cache flushed, the fixed set again: every output must equal step 2's.
@@ -59,6 +60,7 @@ import typer
 
 POLL_S = 0.5  # seconds between usage readings
 KINDS = ("complete", "abort", "disconnect", "invalid")
+LONG_PROMPT = 262_144  # token ids of an invalid prompt: longer than the context of the targets served here
 COUNTERS = ("sglang:num_requests_total", "sglang:generation_tokens_total", "sglang:num_aborted_requests_total")
 
 
@@ -149,9 +151,11 @@ def served_budgets(budgets: Sequence[int], info: dict) -> list[int | str | None]
 
 
 def invalid_params(info: dict) -> list[tuple[str, dict[str, Any]]]:
-    """(the field the refusal must name, a bad sampling_params update) for a server described by /server_info."""
+    """(the field the refusal must name, a bad update of the request: sampling_params keys, or "input_ids") for a
+    server described by /server_info."""
+    common = [("max_new_tokens", {"max_new_tokens": -1}), ("context length", {"input_ids": [1] * LONG_PROMPT})]
     if info.get("speculative_algorithm") != "DDTREE":
-        return [("max_new_tokens", {"max_new_tokens": -1})]
+        return common
     budget, block = int(info.get("ddtree_budget") or 0), int(info.get("ddtree_block_size") or 16)
     custom = [
         ("ddtree_budget", -1),
@@ -160,13 +164,15 @@ def invalid_params(info: dict) -> list[tuple[str, dict[str, Any]]]:
         ("ddtree_budget", budget + 1),
         ("ddtree_draft_temperature", 0),
         ("ddtree_draft_temperature", -1.0),
+        ("ddtree_draft_temperature", math.nan),
+        ("ddtree_draft_temperature", math.inf),
         ("ddtree_max_depth", 0),
         ("ddtree_max_depth", block + 1),
         ("ddtree_no_such_knob", 1),
     ]
     if not info.get("ddtree_auto_budgets"):
         custom.append(("ddtree_budget", "auto"))
-    return [(field, {"custom_params": {field: value}}) for field, value in custom]
+    return [(field, {"custom_params": {field: value}}) for field, value in custom] + common
 
 
 def random_prompts(count: int, rng: random.Random) -> list[str]:
@@ -210,7 +216,7 @@ def plan(
             Request(
                 rid=f"load-{k}",
                 kind=kind,
-                prompt=prompts[k % len(prompts)],
+                prompt=params.pop("input_ids", prompts[k % len(prompts)]),
                 max_new_tokens=params.pop("max_new_tokens", lengths[k % len(lengths)]),
                 temperature=temperatures[(k // len(budgets)) % len(temperatures)],
                 custom_params=params.get("custom_params"),
@@ -228,6 +234,13 @@ def payload(request: Request) -> dict[str, Any]:
         params["custom_params"] = request.custom_params
     key = "text" if isinstance(request.prompt, str) else "input_ids"
     return {key: request.prompt, "sampling_params": params, "stream": request.stream, "rid": request.rid}
+
+
+def _body(request: Request) -> dict[str, Any]:
+    """httpx arguments posting payload(request): JSON with NaN and Infinity written out (httpx's json= refuses
+    them), as a client that sends them would."""
+    content = json.dumps(payload(request)).encode()
+    return {"content": content, "headers": {"Content-Type": "application/json"}}
 
 
 def _finish(body: dict) -> tuple[int, str | None]:
@@ -251,7 +264,7 @@ def send(client: httpx.Client, url: str, request: Request) -> Outcome:
     done = lambda tokens=0, finish=None, error=None: Outcome(request.rid, request.kind, tokens, finish, error)  # noqa: E731
     try:
         if request.kind == "invalid":
-            response = client.post(url + "/generate", json=payload(request))
+            response = client.post(url + "/generate", **_body(request))
             message = _refusal(response)
             if response.status_code != 400:
                 return done(error=f"HTTP {response.status_code}, not 400: {message[:200]}")
@@ -259,13 +272,13 @@ def send(client: httpx.Client, url: str, request: Request) -> Outcome:
                 return done(error=f"the refusal is not one line naming {request.invalid_field}: {message[:300]}")
             return done()
         if not request.stream:
-            response = client.post(url + "/generate", json=payload(request))
+            response = client.post(url + "/generate", **_body(request))
             if response.status_code != 200:
                 return done(error=f"HTTP {response.status_code}: {_refusal(response)[:300]}")
             body = response.json()
             return done(*_finish(body[0] if isinstance(body, list) else body))
         last: dict = {}
-        with client.stream("POST", url + "/generate", json=payload(request)) as response:
+        with client.stream("POST", url + "/generate", **_body(request)) as response:
             if response.status_code != 200:
                 response.read()
                 return done(error=f"HTTP {response.status_code}: {_refusal(response)[:300]}")
@@ -367,7 +380,7 @@ def run_check(
     url: str,
     requests: int = 2000,
     concurrency: int = 32,
-    lengths: Sequence[int] = (1, 16, 64, 256),
+    lengths: Sequence[int] = (0, 1, 16, 64, 256),
     budgets: Sequence[int] = (8, 16, 32, 64),
     temperatures: Sequence[float] = (0.0, 0.7),
     fractions: dict[str, float] | None = None,
@@ -480,7 +493,7 @@ def main(
     requests: Annotated[int, typer.Option(min=1, help="Requests of the load.")] = 2000,
     concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight.")] = 32,
     max_new_tokens: Annotated[str, typer.Option(help="max_new_tokens values to cycle, comma-separated.")] = (
-        "1,16,64,256"
+        "0,1,16,64,256"
     ),
     budgets: Annotated[
         str, typer.Option(help="DDTree budgets to cycle (those up to the server's; auto added on an auto server).")
@@ -511,8 +524,6 @@ def main(
     from ddbench.commands import console, fail
 
     lengths = _ints(max_new_tokens, "--max-new-tokens")
-    if not all(lengths):
-        raise typer.BadParameter("max_new_tokens values must be >= 1", param_hint="--max-new-tokens")
     try:
         temps = [float(t) for t in temperatures.split(",")]
     except ValueError:
