@@ -26,6 +26,8 @@
 #   sampled     temperature 1 (the sampled tree walk), budgets 15 and 64, concurrency 1 and 16
 #   chisq       ddbench.check.sampled: DDTree b15 and b63 sample their first two tokens as the target-only server does
 #               (chi-square, 2,000 draws per prompt, T = 1 and T = 0.7 / top-p 0.9), and a planted failure is caught
+#   peers       SGLang 0.5.15's own DFLASH server tests against DDTREE (scripts/peer_tests.py; its gather step must
+#               have put them in .device/peers before pack_device.sh), DFLASH first as the control
 #   load        ddbench check load (a load with aborts, disconnects and bad input; then no KV leaked, the same greedy
 #               outputs, /metrics consistent) against DDTree b63 at page size 1 and 16 and an auto server
 #   auto        SGLANG_DDTREE_BUDGET=auto beside AR, DFLASH, b15 and b63 servers (the testbed pair): greedy parity,
@@ -273,6 +275,20 @@ sweeps)
             | grep -E '^sglang:(ddtree_|spec_|num_|generation_)' > "$R/metrics-$name.txt"
           stop_server
         done ;;
+      peers)  # issue 35 item 7: SGLang 0.5.15's own DFLASH server tests (scripts/peer_tests.py: model ids -> the testbed
+        # pair, the algorithm -> DDTREE, nothing else changed), DFLASH first as the control, then DDTREE at budget
+        # PEER_BUDGET (63); PEER_SELECT="FILE[:CLASS] .." narrows them (default: peer_tests.SELECTED)
+        R=$W/runs/peers && mkdir -p "$R"
+        [ -d "$W/payload/peers" ] || { echo "peers: no payload/peers (peer_tests.py gather, then pack)" >> "$W/done"; continue; }
+        sel=() && for s in ${PEER_SELECT:-}; do sel+=(--select "$s"); done
+        for algo in DFLASH DDTREE; do
+          nvidia-smi > "$R/nvidia-smi-$algo.txt"
+          (cd "$R" && SGLANG_DDTREE_BUDGET=${PEER_BUDGET:-63} python3 "$W/repo/scripts/peer_tests.py" run \
+            --tests "$W/payload/peers" --algorithm $algo --target "$T" --draft "$DRAFT" \
+            --gsm8k "$W/data/gsm8k_test.jsonl" "${sel[@]}" --out "$R/$algo.json") > "$R/$algo.log" 2>&1
+          echo "peers $algo rc=$?" >> "$W/done"
+        done
+        python3 "$W/repo/scripts/peer_tests.py" compare "$R/DFLASH.json" "$R/DDTREE.json" > "$R/compare.md" ;;
       rounds)  # round times from the servers' own decode logs: DFLASH vs DDTree b15 / b128, eager and folded;
         # b15 holding the chain verifies DFLASH's own tree (the difference is the DDTree round's overhead)
         for spec in "dflash DFLASH 0 0 0" "ddtree-b15 DDTREE 15 0 0" "ddtree-b15-chain DDTREE 15 0 1" \

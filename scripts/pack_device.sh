@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Pack what the GPU machine needs beside the checkout (the SGLang bundle, the testbed GGUF, the datasets)
+# Pack what the GPU machine needs beside the checkout (the SGLang bundle, the testbed GGUF, the datasets, and
+# SGLang's own DFLASH tests where .device/peers holds them)
 # into .device/p1/g, p2/g, ...: one piece per device call, each call under 64 MiB with this checkout
 # (tracked and untracked-not-ignored files travel too). scripts/h200.sh joins and unpacks them.
 #   bash scripts/pack_device.sh SmolLM2-135M-Instruct.Q4_1.gguf [DATA_DIR]   (rerun when the checkout grows)
@@ -36,6 +37,8 @@ cp .device/sglang/install_sglang_bundle.sh .device/sglang/site.tar.xz "$stage/pa
   || { echo "no SGLang bundle in .device/sglang (bash ../shared/device/prepare_sglang_bundle.sh .device/sglang)" >&2; exit 2; }
 cp "$DATA"/*.jsonl "$DATA"/*.gz "$stage/payload/data/"
 cp "$GGUF" "$stage/payload/smol.gguf"
+# SGLang's own DFLASH tests and its sglang/test package, where scripts/peer_tests.py gather put them (h200.sh peers)
+[ -d .device/peers ] && cp -r .device/peers "$stage/payload/peers"
 rm -rf .device/p[0-9]* .device/c[0-9]*
 tar cf - -C "$stage" payload | split -b "$piece" -d -a 2 - "$stage/part."
 n=0

@@ -70,3 +70,23 @@ def test_ab_sweeps_with_and_without_prefill_graphs_and_kernels_take_the_impls(st
     assert "ab rc=0" in finished
     assert any(c.startswith("-m ddbench kernels bench") and "--impls triton" in c for c in calls)
     assert finished[-1] == "all-0"
+
+
+def test_peers_runs_the_dflash_control_then_ddtree_and_compares(stand_in):
+    tmp_path, env = stand_in
+    (tmp_path / "w" / "payload" / "peers").mkdir(parents=True)
+    done, calls, finished = run_jobs(tmp_path, {**env, "PEER_SELECT": "test_dflash.py:TestDFlashServerBase"}, "peers")
+    assert done.returncode == 0, done.stderr
+    runs = [c for c in calls if "scripts/peer_tests.py run" in c]
+    assert [c.split("--algorithm ")[1].split()[0] for c in runs] == ["DFLASH", "DDTREE"]
+    assert all("--select test_dflash.py:TestDFlashServerBase" in c and "--gsm8k" in c for c in runs)
+    assert any("scripts/peer_tests.py compare" in c for c in calls)
+    assert "peers DFLASH rc=0" in finished and "peers DDTREE rc=0" in finished and finished[-1] == "all-0"
+
+
+def test_peers_without_the_gathered_tests_says_so_and_goes_on(stand_in):
+    tmp_path, env = stand_in
+    done, calls, finished = run_jobs(tmp_path, env, "peers gputests")
+    assert done.returncode == 0, done.stderr
+    assert not any("peer_tests.py" in c for c in calls)
+    assert any("no payload/peers" in line for line in finished) and "gputests rc=0" in finished
