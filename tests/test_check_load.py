@@ -171,6 +171,8 @@ class StandIn(BaseHTTPRequestHandler):
             with self.lock:
                 state["aborted"].add(body["rid"])
             return self.reply(200, {})
+        if state["broken"]:
+            return self.reply(500, {"error": {"message": "Internal Server Error"}})
         params = body["sampling_params"]
         why = None if state["lax"] else self.refusal(body)
         if why is not None:
@@ -229,8 +231,8 @@ class StandInServer(ThreadingHTTPServer):
 def server(monkeypatch):
     monkeypatch.setattr(load, "POLL_S", 0.01)
     StandIn.state = {
-        "used": 7, "running": 0, "leak": 0, "lax": False, "vague": False, "drift": False, "miscount": False, "auto": [],
-        "aborted": set(), "requests": 0, "tokens": 0, "load_began": False,
+        "used": 7, "running": 0, "leak": 0, "lax": False, "vague": False, "broken": False, "drift": False,
+        "miscount": False, "auto": [], "aborted": set(), "requests": 0, "tokens": 0, "load_began": False,
     }  # fmt: skip  (used 7: left over before the check, which flushes first)
     httpd = StandInServer(("127.0.0.1", 0), StandIn)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -289,6 +291,12 @@ def test_the_command_prints_the_record_and_exits_1_on_a_fault(server, tmp_path):
     record = json.loads(out.read_text())
     admitted = 40 - record["kinds"].get("invalid", 0) + 2  # each leaks a token; the fixed set's 2 before the load
     assert record["leaked_tokens"] == admitted and json.loads(result.stdout.strip().splitlines()[-1]) == record
+
+
+def test_a_server_that_cannot_answer_the_fixed_set_cannot_be_checked(server):
+    StandIn.state["broken"] = True
+    with pytest.raises(load.CannotStart, match="500"):
+        check(server)
 
 
 @pytest.mark.parametrize(

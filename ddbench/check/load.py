@@ -403,13 +403,13 @@ def run_check(
             served = served_budgets(budgets, info)
             flush(client, url, idle_timeout)
             start = wait_idle(client, url, idle_timeout)
+            prompts = list(input_ids) if input_ids else random_prompts(max(requests, fixed), rng)
+            plan_ = plan(prompts, requests, served, temperatures, lengths, fractions, invalid_params(info), rng)
+            fixed_set = prompts[:fixed]
+            before = fixed_outputs(client, url, fixed_set, fixed_tokens)
+            metrics_before = read_metrics(client, url)  # after the fixed set: the counters' rise is the load's
         except (httpx.HTTPError, ValueError, TimeoutError) as error:
             raise CannotStart(f"{type(error).__name__}: {error}") from None
-        prompts = list(input_ids) if input_ids else random_prompts(max(requests, fixed), rng)
-        plan_ = plan(prompts, requests, served, temperatures, lengths, fractions, invalid_params(info), rng)
-        fixed_set = prompts[:fixed]
-        before = fixed_outputs(client, url, fixed_set, fixed_tokens)
-        metrics_before = read_metrics(client, url)  # after the fixed set: the counters' rise is the load's
         tick = progress(len(plan_)) if progress else (lambda: None)
 
         def one(request: Request) -> Outcome:
