@@ -90,3 +90,18 @@ def test_peers_without_the_gathered_tests_says_so_and_goes_on(stand_in):
     assert done.returncode == 0, done.stderr
     assert not any("peer_tests.py" in c for c in calls)
     assert any("no payload/peers" in line for line in finished) and "gputests rc=0" in finished
+
+
+def test_load_checks_b63_at_two_page_sizes_and_an_auto_server(stand_in):
+    tmp_path, env = stand_in
+    done, calls, finished = run_jobs(tmp_path, env, "load")
+    assert done.returncode == 0, done.stderr
+    servers = [c for c in calls if "launch_server" in c]
+    assert len(servers) == 3 and all("--enable-metrics" in c for c in servers)
+    assert [c.split("--page-size ")[1].split()[0] for c in servers] == ["1", "16", "1"]
+    checks = [c for c in calls if c.startswith("-m ddbench check load")]
+    outs = [c.split(" --out ")[1].split()[0].rsplit("/", 1)[1] for c in checks]
+    assert outs == ["b63-p1.json", "b63-p16.json", "auto-p1.json"]
+    assert [line for line in finished if line.startswith("load ")] == [
+        "load b63-p1 rc=0", "load b63-p16 rc=0", "load auto-p1 rc=0"
+    ]  # fmt: skip
