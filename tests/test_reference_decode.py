@@ -13,7 +13,7 @@ import torch
 from ddtree_core import metrics, verify
 from ddtree_core.policy import AutoBudget, CostTable, auto_budgets
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
-from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
+from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer, DraftHead
 from ddtree_core.reference.loading import random_target, resolve_draft_dtype
 from ddtree_core.settings import TreeSettings
 
@@ -344,7 +344,7 @@ def test_bfloat16_drafter_beside_a_float32_target_is_lossless(models, method):
         proposer.add_context(torch.zeros(1, len(PROMPT) - 1, len(low.target_layer_ids) * target.config.hidden_size))
         logits = proposer.propose(PROMPT)
     head = target.get_output_embeddings().weight
-    assert logits.dtype == torch.float32 and proposer._head_weight.dtype == torch.bfloat16
+    assert logits.dtype == torch.float32 and proposer._head.weight.dtype == torch.bfloat16
     assert head.dtype == torch.float32  # the target's own head is untouched
 
 
@@ -445,3 +445,17 @@ def test_a_cost_table_is_used_only_for_the_target_it_was_measured_for(models, tm
         why = load_cost_table(path, target, (1,))[1]
         assert why.startswith(f"{path} is not a cost table (") and "\n" not in why
     assert "is not a cost table (FileNotFoundError" in load_cost_table(tmp_path / "none.json", target, (1,))[1]
+
+
+@pytest.mark.parametrize("method", ["dflash", "ddtree"])
+def test_a_draft_vocabulary_stays_lossless_and_drafts_only_its_tokens(models, method):
+    """A drafter limited to token ids 0..3 and 6 (of 8): greedy output is the target's; every drafted node's
+    token is one of those (the rows of its logits are mapped back to token ids)."""
+    target, drafter, greedy = models
+    head = DraftHead(target, drafter.dtype, draft_vocab=4, keep=(6,))
+    spec = SpecConfig(method=method, tree=TreeSettings(6, None))
+    out = generate(target, PROMPT, SamplingConfig(max_new_tokens=NEW_TOKENS), spec,
+                   proposer=DFlashProposer(drafter, target, head=head), trace=True)  # fmt: skip
+    assert_same_tokens(target, greedy, out.tokens)
+    drafted = {t for record in out.trace for t in record.token_ids}
+    assert drafted and drafted <= {0, 1, 2, 3, 6}

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from ddtree_core.reference.decode import _features
-from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer, default_target_layer_ids
+from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer, DraftHead, default_target_layer_ids
 from ddtree_core.reference.loading import random_target
 
 HIDDEN = 32
@@ -222,3 +222,24 @@ def test_proposer_drafts_after_the_bonus_token():
         proposer.add_context(context[:, :1])
         with pytest.raises(RuntimeError, match="draft context"):
             proposer.propose([5, 6, 7, 9, 1, 2])
+
+
+def test_a_draft_vocabulary_keeps_the_lowest_ids_and_the_kept_ones():
+    target = random_target("qwen3", vocab_size=16, hidden_size=HIDDEN, num_hidden_layers=6)
+    model = drafter()
+    head = DraftHead(target, model.dtype, draft_vocab=5, keep=(2, 14, 99))  # 2 is already in; 99 is no token
+    assert head.vocab_ids.tolist() == [0, 1, 2, 3, 4, 14]
+    torch.testing.assert_close(head.weight, target.lm_head.weight[[0, 1, 2, 3, 4, 14]])
+    assert DraftHead(target, model.dtype, draft_vocab=16).vocab_ids is None
+    assert DraftHead(target, model.dtype).vocab_ids is None
+    with pytest.raises(ValueError, match="draft_vocab must be >= 1"):
+        DraftHead(target, model.dtype, draft_vocab=0)
+    full, small = DFlashProposer(model, target), DFlashProposer(model, target, head=head)
+    assert small.vocab_ids is head.vocab_ids and full.vocab_ids is None
+    context = inputs(model, context=3)[1]
+    full.add_context(context)
+    small.add_context(context)
+    with torch.no_grad():
+        every, some = full.propose([5, 6, 7, 9]), small.propose([5, 6, 7, 9])
+    assert some.shape == (1, model.block_size - 1, 6)  # logits over the draft vocabulary's rows
+    torch.testing.assert_close(some, every[..., head.vocab_ids])

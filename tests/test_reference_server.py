@@ -402,3 +402,26 @@ def test_command_line_server(parts, tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_a_draft_vocabulary_serves_the_same_output_and_says_its_size(parts):
+    engine = engine_for(parts, draft_vocab=VOCAB // 2, eos_token_ids=(VOCAB - 2,))
+    assert engine.server_info()["draft_vocab"] == VOCAB // 2 + 1
+    assert engine_for(parts).server_info()["draft_vocab"] is None
+    params = {"temperature": 0, "max_new_tokens": 24, "ignore_eos": True}  # 6, its end-of-sequence id, is drafted too
+    out = engine.generate({"input_ids": PROMPT, "sampling_params": params})
+    assert out["output_ids"] == greedy(parts, 24)
+
+
+def test_the_draft_vocab_flag():
+    from ddtree_core.reference.server import DRAFT_VOCAB_CPU, _parser, draft_vocab_size
+
+    required = ["--model", "m", "--draft", "d"]
+    assert _parser().parse_args(required).draft_vocab == "auto"
+    assert _parser().parse_args([*required, "--draft-vocab", "4096"]).draft_vocab == "4096"
+    for bad in ("0", "-3", "many"):
+        with pytest.raises(SystemExit):
+            _parser().parse_args([*required, "--draft-vocab", bad])
+    cpu = random_target("qwen3", vocab_size=VOCAB)
+    assert draft_vocab_size("auto", cpu) == DRAFT_VOCAB_CPU and draft_vocab_size("all", cpu) is None
+    assert draft_vocab_size("4096", cpu) == 4096

@@ -324,17 +324,26 @@ class _Run:
             self.auto.observe(predicted, accepted, None if first else 1000 * outside)  # first: the draft's prefill
 
     def _tree(self, logits: torch.Tensor) -> tuple[DraftTopK, DraftTree]:
-        """DDTree: the best-first tree (held: the rank-0 chain first). DFlash: the argmax chain of the block."""
+        """DDTree: the best-first tree (held: the rank-0 chain first). DFlash: the argmax chain of the block.
+        Logits over a draft vocabulary (the proposer's vocab_ids) rank its rows, which then become token ids."""
         impl, length, vocab = self.spec.tree_impl, logits.shape[1], logits.shape[2]
         if self.spec.method == "dflash":
-            topk = draft_topk(logits, min(length, vocab), impl=impl)
+            topk = self._token_ids(draft_topk(logits, min(length, vocab), impl=impl))
             chain = DraftTopK(log_probs=topk.log_probs[..., :1], token_ids=topk.token_ids[..., :1])
             return topk, build_tree_from_topk(chain, length, impl=impl)
         depth = length if self.spec.tree.max_depth is None else self.spec.tree.max_depth
         budget = self.spec.tree.budget if self.auto is None else self.auto.largest
         temperature = self.spec.tree.draft_temperature
         topk = draft_topk(logits[:, :depth], max(1, min(budget, vocab)), draft_temperature=temperature, impl=impl)
+        topk = self._token_ids(topk)
         return topk, self._build(topk, budget)
+
+    def _token_ids(self, topk: DraftTopK) -> DraftTopK:
+        """`topk` with its rows of the proposer's draft vocabulary as token ids (as it is without one)."""
+        vocab_ids = getattr(self.proposer, "vocab_ids", None)
+        if vocab_ids is None:
+            return topk
+        return DraftTopK(log_probs=topk.log_probs, token_ids=vocab_ids.to(topk.token_ids.device)[topk.token_ids])
 
     def _build(self, topk: DraftTopK, budget: int) -> DraftTree:
         """The tree of `budget` nodes (the same from any top-K with K >= min(budget, vocab): a node of rank r

@@ -53,7 +53,7 @@ from typing import Any
 from ddtree_core import metrics, ops
 from ddtree_core.policy import AutoBudget, auto_budgets
 from ddtree_core.reference.decode import Generation, SamplingConfig, SpecConfig, generate
-from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer
+from ddtree_core.reference.dflash import DFlashDraftModel, DFlashProposer, DraftHead
 from ddtree_core.settings import (
     PARAM_BUDGET,
     PARAM_DRAFT_TEMPERATURE,
@@ -127,6 +127,7 @@ class ReferenceEngine:
         draft_path: str | None = None,
         auto: AutoBudget | None = None,
         worker: Executor | None = None,
+        draft_vocab: int | None = None,
     ):
         self.spec = spec or SpecConfig()
         if self.spec.method != "ar" and drafter is None:
@@ -137,6 +138,8 @@ class ReferenceEngine:
         self.vocab_size = target.get_input_embeddings().weight.shape[0]
         self.auto = auto  # budget=auto's state (custom_params.ddtree_budget "auto"), shared by the requests
         self.worker = worker  # the thread every decode runs on (None: the calling thread)
+        # the drafter's head, built once: all of the target's rows, or a draft vocabulary's (dflash.DraftHead)
+        self.draft_head = None if drafter is None else DraftHead(target, drafter.dtype, draft_vocab, self.eos_token_ids)
         self._lock = threading.Lock()
 
     def generate(self, body: Any) -> dict[str, Any]:
@@ -153,7 +156,7 @@ class ReferenceEngine:
         with self._lock:
             proposer = None
             if request.spec.method != "ar":
-                proposer = DFlashProposer(self.drafter, self.target, request.spec.block_size)
+                proposer = DFlashProposer(self.drafter, self.target, request.spec.block_size, self.draft_head)
             return generate(
                 self.target,
                 request.input_ids,
@@ -222,6 +225,8 @@ class ReferenceEngine:
             "ddtree_tree_impl": self.spec.tree_impl,
             "dtype": str(self.target.dtype).removeprefix("torch."),
             "draft_dtype": None if self.drafter is None else str(self.drafter.dtype).removeprefix("torch."),
+            "draft_vocab": None if self.draft_head is None or self.draft_head.vocab_ids is None
+            else int(self.draft_head.vocab_ids.numel()),
         }
 
     def _input_ids(self, body: dict) -> tuple[int, ...]:
@@ -514,10 +519,12 @@ def load_engine(
     draft_dtype: str = "auto",
     cost_table: str | None = None,
     worker: Executor | None = None,
+    draft_vocab: str = "auto",
 ) -> ReferenceEngine:
     """The engine a server of `spec` runs over the model folders (or hub ids) `model` and `draft`; a DDTree
     engine prices budget=auto with `cost_table` (`ddbench model calibrate`) where it fits this target, else
-    with a verify cost measured here (and a warning saying why the table did not fit)."""
+    with a verify cost measured here (and a warning saying why the table did not fit). `draft_vocab`: the
+    drafter's vocabulary (`draft_vocab_size`)."""
     from ddtree_core.reference import loading
 
     models = loading.load_models(model, draft, dtype=dtype, device=device, draft_dtype=draft_dtype)
@@ -547,7 +554,31 @@ def load_engine(
         draft_path=draft,
         auto=auto,
         worker=worker,
+        draft_vocab=draft_vocab_size(draft_vocab, models.target),
     )
+
+
+DRAFT_VOCAB_CPU = 16_384  # the drafter's vocabulary on a CPU under --draft-vocab auto (dflash.DraftHead)
+
+
+def draft_vocab_size(value: str, target: Any) -> int | None:
+    """--draft-vocab as the engine takes it: "all" -> None (the whole vocabulary); a number N >= 1 -> N; "auto"
+    -> DRAFT_VOCAB_CPU on a CPU, where the head's GEMM is a large part of a round and the testbed drafter
+    accepts as much from its lowest 16,384 ids as from all 49,152, and None on a GPU (SGLang's DFLASH, which
+    the GPU runs are compared with, drafts over the whole vocabulary).
+
+    Example: draft_vocab_size("auto", a CPU target) -> 16384; draft_vocab_size("all", any) -> None."""
+    if value == "all":
+        return None
+    if value == "auto":
+        return DRAFT_VOCAB_CPU if target.get_input_embeddings().weight.device.type == "cpu" else None
+    return int(value)
+
+
+def _draft_vocab_flag(text: str) -> str:
+    if text in ("auto", "all") or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"auto, all or an integer >= 1, got {text!r}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -570,6 +601,7 @@ def main(argv: list[str] | None = None) -> None:
         draft_dtype=args.draft_dtype,
         cost_table=args.cost_table,
         worker=worker,
+        draft_vocab=args.draft_vocab,
     ).result()
     server = make_server(engine, args.host, args.port, args.api_key)
     logger.info("reference server (%s) listening on http://%s:%d", args.method, args.host, server.server_address[1])
@@ -596,6 +628,14 @@ def _parser() -> argparse.ArgumentParser:
         choices=("auto", "same", "float32", "bfloat16", "float16"),
         help="the drafter's dtype: auto (bfloat16 beside a float32 target on a CPU with native bfloat16, else the"
         " target's) | same | float32 | bfloat16 | float16; the target alone decides the output, so any is lossless",
+    )
+    parser.add_argument(
+        "--draft-vocab",
+        type=_draft_vocab_flag,
+        default="auto",
+        help="the tokens the drafter may propose: the N lowest ids (BPE ids run roughly by falling frequency) and"
+        f" the end-of-sequence ids, all, or auto ({DRAFT_VOCAB_CPU} on a CPU, where the drafter's lm_head GEMM is a"
+        " large part of a round; all on a GPU); lossless either way, the target verifies every proposal",
     )
     parser.add_argument("--budget", type=int, default=64, help="DDTree tree nodes per round")
     parser.add_argument("--max-depth", type=int, default=None, help="DDTree depth limit (default block_size - 1)")
