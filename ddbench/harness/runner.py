@@ -440,6 +440,8 @@ def _started_target(server: Server, block_size: int | None) -> Target:
         return None
 
     record = {"label": server.spec.label, "log": str(server.log_path), "block_size": block_size}
+    if server.spec.engine == "reference":  # its few settings as it reports them (dtypes, draft vocabulary, tree)
+        record["settings"] = server.info()
     return Target((server.url,), {**record, "server_started": server.started_at}, died)
 
 

@@ -290,6 +290,8 @@ def test_budget_auto_cell_on_the_reference_engine(swept, tiny_pair, prompt_file,
     assert auto["parity"] == "1.0" and 1.0 <= float(auto["acceptance_length"]) <= 4  # block 4
     done = json.loads((out / "cells" / f"{auto['cell_id']}.json").read_text())
     assert done["cell"]["budget"] == "auto" and done["server"]["label"] == "reference-ddtree-b8-dauto-dt1"
+    settings = done["server"]["settings"]  # what the reference server says of itself
+    assert settings["ddtree_budget"] == 8 and "draft_vocab" in settings and settings["dtype"] == "float32"
     records = [json.loads(line) for line in (out / "cells" / f"{auto['cell_id']}.jsonl").read_text().splitlines()]
     assert len(records) == 4 and all(record["budget"] == "auto" for record in records)
     assert all(0 < record["meta_info"]["ddtree_mean_tree_nodes"] <= 8 for record in records)
