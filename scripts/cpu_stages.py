@@ -5,7 +5,8 @@ tree build, tree compile, verify, commit) for AR, DFlash and DDTree (reference h
     python scripts/cpu_stages.py --draft-dtype bfloat16 --cases ar,dflash,b4,b8,b16,auto64 --repeats 3
 
 The testbed pair (`ddbench testbed prepare` target, bundled drafter), the first held-out GSM8K prompts, T = 0,
-64 new tokens, one process; timing on (ddtree_core.reference.decode's stage clock). AR's "verify" is its
+64 new tokens, one process; timing on (ddtree_core.reference.decode's stage clock); the drafter's vocabulary
+as the server's --draft-vocab takes it (auto: 16,384 ids on a CPU). AR's "verify" is its
 decode steps, counted per response (its tau is the response length). `autoN` is budget=auto up to N, priced as
 the reference server prices it (its verify cost measured here first). With --repeats R the cases run in R
 interleaved passes; the last lines give each case's median tok/s and its speedup over the same pass's AR
@@ -27,8 +28,9 @@ from ddbench.testbed.target import DRAFTER_DIR, default_cache_dir
 from ddtree_core.policy import AutoBudget, auto_budgets
 from ddtree_core.reference.cost import measure_verify_cost
 from ddtree_core.reference.decode import SamplingConfig, SpecConfig, generate
-from ddtree_core.reference.dflash import DFlashProposer
-from ddtree_core.reference.loading import load_models
+from ddtree_core.reference.dflash import DFlashProposer, DraftHead
+from ddtree_core.reference.loading import eos_token_ids, load_models
+from ddtree_core.reference.server import draft_vocab_size
 from ddtree_core.settings import TreeSettings
 
 DEFAULT_CASES = "ar,dflash,b64-reference,b64,b32,b16"
@@ -56,6 +58,7 @@ def main() -> None:
     parser.add_argument("--data-dir", help="the offline dataset mirror (default: $DDBENCH_DATA_DIR)")
     parser.add_argument("--model", default=str(default_cache_dir() / "SmolLM2-135M-Instruct"))
     parser.add_argument("--repeats", type=int, default=1, help="interleaved passes over the cases")
+    parser.add_argument("--draft-vocab", default="auto", help="the drafter's vocabulary, as the server's flag")
     parser.add_argument("--out", help="also write the rows as JSON here")
     args = parser.parse_args()
     cases = {name: case_spec(name) for name in args.cases.split(",")}
@@ -66,6 +69,8 @@ def main() -> None:
         for p in eval_prompts("gsm8k", data_dir=args.data_dir)[: args.prompts]
     ]
     sampling = SamplingConfig(max_new_tokens=64)
+    vocab = draft_vocab_size(args.draft_vocab, models.target)
+    head = DraftHead(models.target, models.drafter.dtype, vocab, eos_token_ids(models.target, models.tokenizer))
     generate(models.target, prompts[0], SamplingConfig(max_new_tokens=8), SpecConfig(method="ar"))  # warm-up
     autos = {}
     for name, spec in cases.items():
@@ -80,7 +85,7 @@ def main() -> None:
             tokens = seconds = rounds = nodes = 0
             stages: dict[str, float] = {}
             for prompt in prompts:
-                proposer = None if spec.method == "ar" else DFlashProposer(models.drafter, models.target)
+                proposer = None if spec.method == "ar" else DFlashProposer(models.drafter, models.target, head=head)
                 out = generate(models.target, prompt, sampling, spec, proposer=proposer, timing=True,
                                auto=autos.get(name))  # fmt: skip
                 tokens, seconds = tokens + out.num_tokens, seconds + out.decode_time
