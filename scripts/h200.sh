@@ -137,6 +137,7 @@ serve)
   rm -rf "$W/payload" "$W/repo"
   for i in $(seq 1 "$n"); do cat "$W/g$i"; done | tar xf - -C "$W" || { echo "pieces missing: $(ls "$W")"; exit 2; }
   bash "$W/payload/install_sglang_bundle.sh" "$W/payload"
+  [ -f "$W/payload/peers.tgz" ] && tar xzf "$W/payload/peers.tgz" -C "$W/payload"  # SGLang's own tests (peers job)
   ln -sfn "$W/payload/smol.gguf" "$W/smol.gguf" && ln -sfn "$W/payload/data" "$W/data"
   echo "$GGUF_SHA256  $W/smol.gguf" | sha256sum -c || { echo "GGUF wrong"; exit 2; }
   # The jobs run from a copy, so a later call's working tree cannot change code under them.

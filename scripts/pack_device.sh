@@ -38,7 +38,7 @@ cp .device/sglang/install_sglang_bundle.sh .device/sglang/site.tar.xz "$stage/pa
 cp "$DATA"/*.jsonl "$DATA"/*.gz "$stage/payload/data/"
 cp "$GGUF" "$stage/payload/smol.gguf"
 # SGLang's own DFLASH tests and its sglang/test package, where scripts/peer_tests.py gather put them (h200.sh peers)
-[ -d .device/peers ] && cp -r .device/peers "$stage/payload/peers"
+[ -d .device/peers ] && tar czf "$stage/payload/peers.tgz" -C .device peers
 rm -rf .device/p[0-9]* .device/c[0-9]*
 tar cf - -C "$stage" payload | split -b "$piece" -d -a 2 - "$stage/part."
 n=0
