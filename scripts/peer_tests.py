@@ -119,12 +119,9 @@ class Record(unittest.TestResult):
         super().addFailure(test, err)
         self._row(test, "fail", self._exc_info_to_string(err, test))
 
-    def addError(self, test, err):  # noqa: N802
+    def addError(self, test, err):  # noqa: N802 (a class whose setUpClass failed comes as its _ErrorHolder)
         super().addError(test, err)
-        test_id = test.id() if hasattr(test, "_testMethodName") else str(test)  # a class whose setUpClass failed
-        last = self._exc_info_to_string(err, test).strip().splitlines()[-1]
-        self.rows[test_id] = {"status": "error", "message": last[:300]}
-        print(f"    error {self.rows[test_id]['message']}", flush=True)
+        self._row(test, "error", self._exc_info_to_string(err, test))
 
     def addSkip(self, test, reason):  # noqa: N802
         self._row(test, "skip", reason)

@@ -58,6 +58,8 @@ from typing import Annotated, Any
 import httpx
 import typer
 
+from ddbench.config import as_list
+
 POLL_S = 0.5  # seconds between usage readings
 KINDS = ("complete", "abort", "disconnect", "invalid")
 LONG_PROMPT = 262_144  # token ids of an invalid prompt: longer than the context of the targets served here
@@ -480,7 +482,7 @@ def verdict(
 
 def _ints(text: str, flag: str) -> list[int]:
     try:
-        values = [int(part) for part in text.split(",")]
+        values = [int(part) for part in as_list(text)]
     except ValueError:
         raise typer.BadParameter(f"comma-separated integers, got {text!r}", param_hint=flag) from None
     if any(v < 0 for v in values):
@@ -525,7 +527,7 @@ def main(
 
     lengths = _ints(max_new_tokens, "--max-new-tokens")
     try:
-        temps = [float(t) for t in temperatures.split(",")]
+        temps = [float(t) for t in as_list(temperatures)]
     except ValueError:
         raise typer.BadParameter(f"comma-separated numbers, got {temperatures!r}", "--temperatures") from None
     if any(not math.isfinite(t) or t < 0 for t in temps):

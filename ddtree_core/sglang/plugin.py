@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 
 from ddtree_core.sglang import window
 
@@ -216,13 +217,9 @@ def _add_summary(ret, manager, meta_info, recv_obj, i):
         meta_info.update(summary_from_rows(rows))
     values = meta_info.pop(BUDGETS_KEY, None)
     budgets = next((value for value in reversed(values or []) if value is not None), None)
-    if budgets:
-        histogram: dict[str, int] = {}
-        for budget in budgets:
-            if budget is not None:
-                histogram[str(budget)] = histogram.get(str(budget), 0) + 1
-        if histogram:
-            meta_info[BUDGET_HISTOGRAM] = histogram
+    histogram = Counter(str(budget) for budget in budgets or () if budget is not None)
+    if histogram:
+        meta_info[BUDGET_HISTOGRAM] = dict(histogram)
     return None
 
 
