@@ -57,7 +57,8 @@
 #   chain       greedy parity and acceptance of trees that hold the chain: budgets 15, 31, 63, 1 and 16 in flight
 #   trace       torch-profiler traces of decode rounds (scripts/trace_rounds.py), AR, DFLASH, DDTree
 #               b15 (verify width 16, as DFLASH's block) and b128, 1 and 16 in flight
-#   gputests    pytest -m gpu (a minute; run it first: the new kernels have only run under the interpreter)
+#   gputests    pytest -m gpu, a process per test file, 8 side by side, GPUTESTS_S (600) seconds at most (its tests
+#               compile many Triton configurations: one process on an H100 had passed 14 of 62 in 13 minutes)
 #   kernels     the draft-side kernel benchmark (reference, torch, triton, or those in KERNEL_IMPLS, e.g.
 #               `KERNEL_IMPLS=triton bash scripts/h200.sh serve kernels`; and torch, triton or SHARP_IMPLS
 #               on sharper, chain-like drafts: --logit-scale 12), the top-K and the tree-build launch sweeps (with
@@ -355,9 +356,14 @@ sweeps)
           && rm -f "$W/runs/tails"/cells/*ddtree*
         sweep tails --config testbed-h200-campaign --budgets 127,255 --temperatures 0 --datasets gsm8k,humaneval \
           --concurrency 1,16 ;;
-      gputests)
-        python3 -m pytest -q -m gpu tests --ignore=tests/test_datasets.py \
-          > "$W/runs/gpu_tests.log" 2>&1
+      gputests)  # one pytest per test file, GPUTESTS_P (8) side by side: the tests check, they do not time, and most of
+        # their time is Triton compiling on one core each. Each file's log names its tests as they end, their times
+        # and, when one test passes 240 s, a stack dump of every thread; GPUTESTS_S (600) seconds at most in all
+        G=$W/runs/gputests && mkdir -p "$G"
+        grep -l "pytest.mark.gpu" tests/test_*.py | grep -v test_datasets.py \
+          | PYTHONUNBUFFERED=1 timeout "${GPUTESTS_S:-600}" xargs -P "${GPUTESTS_P:-8}" -I{} sh -c \
+            'python3 -m pytest -v -m gpu "$1" --durations=0 -o faulthandler_timeout=240 > "$0/$(basename "$1" .py).log" 2>&1
+             echo "$1 rc=$?"' "$G" {} > "$G/rc.txt"
         echo "gputests rc=$?" >> "$W/done" ;;
       kernels)
         python3 -m ddbench kernels bench --out "$W/runs/kernels" --impls "${KERNEL_IMPLS:-reference,torch,triton}" \

@@ -105,3 +105,17 @@ def test_load_checks_b63_at_two_page_sizes_and_an_auto_server(stand_in):
     assert [line for line in finished if line.startswith("load ")] == [
         "load b63-p1 rc=0", "load b63-p16 rc=0", "load auto-p1 rc=0"
     ]  # fmt: skip
+
+
+def test_gputests_runs_a_pytest_per_gpu_test_file(stand_in):
+    tmp_path, env = stand_in
+    done, calls, finished = run_jobs(tmp_path, env, "gputests")
+    assert done.returncode == 0 and "gputests rc=0" in finished
+    files = sorted(call.split()[5] for call in calls if call.startswith("-m pytest -v -m gpu"))
+    gpu_files = sorted(
+        f"tests/{path.name}"
+        for path in (SCRIPT.parents[1] / "tests").glob("test_*.py")
+        if "pytest.mark.gpu" in path.read_text() and path.name != "test_datasets.py"
+    )
+    assert files == gpu_files and len(files) > 5
+    assert all("faulthandler_timeout=240" in call for call in calls)
