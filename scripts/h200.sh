@@ -81,8 +81,9 @@
 #               (AUTO_COST_TABLE=configs/cost/testbed8b-h200.json: that one instead), whose cells are budget
 #               auto (put it last: a server that fails to start is skipped)
 #   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.testbed.synth's) from an AR
-#               server, a drafter per depth in LAYERS trained on them, each one's simulated acceptance
-#               (ddbench.model.accept) on greedy answers to the held-out prompts, beside the bundled drafter's
+#               server, a drafter per depth in LAYERS and --soft-labels weight in SOFT (default 0) trained on them, each
+#               one's simulated acceptance (ddbench.model.accept) on greedy answers to the held-out prompts, beside the
+#               bundled drafter's
 #   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
 #               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
 #               tokens in the batch: a B x W-token verify reads the weights a (B x W)-token decode step reads
@@ -524,11 +525,14 @@ sweeps)
         stop_server
         wc -l "$D/answers.jsonl" >> "$R/distill.log"
         for layers in ${LAYERS:-2}; do
-          python3 -m ddbench testbed train --target "$T" --answers "$D/answers.jsonl" --out "$R/l$layers" \
-            --num-layers "$layers" --mask-token-id 16 --num-heads 8 --num-kv-heads 2 --head-dim 64 --intermediate-size 1536 \
-            --num-target-features 4 --block-size 16 --batch-size "${BATCH:-128}" --blocks-per-seq 8 --lr "${LR:-1e-3}" \
-            --warmup 200 --steps 100000 --max-seconds "${TRAIN_S:-420}" ${INIT:+--init "${INIT/#bundled/$DRAFT}"} \
-            > "$R/l$layers.log" 2>&1
+          for soft in ${SOFT:-0}; do  # SOFT: --soft-labels weights, one drafter each (l2, l2-s1, ...), one after another
+            name=l$layers && [ "$soft" = 0 ] || name=$name-s$soft
+            python3 -m ddbench testbed train --target "$T" --answers "$D/answers.jsonl" --out "$R/$name" \
+              --num-layers "$layers" --mask-token-id 16 --num-heads 8 --num-kv-heads 2 --head-dim 64 \
+              --intermediate-size 1536 --num-target-features 4 --block-size 16 --batch-size "${BATCH:-128}" \
+              --blocks-per-seq 8 --lr "${LR:-1e-3}" --warmup 200 --steps 100000 --max-seconds "${TRAIN_S:-420}" \
+              --soft-labels "$soft" ${INIT:+--init "${INIT/#bundled/$DRAFT}"} > "$R/$name.log" 2>&1
+          done
         done
         for drafter in "$DRAFT" "$R"/l[0-9]*/; do
           OMP_NUM_THREADS=1 python3 -m ddbench model accept --target "$T" --draft "$drafter" --answers "$R/eval.jsonl" \

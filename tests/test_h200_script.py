@@ -119,3 +119,14 @@ def test_gputests_runs_a_pytest_per_gpu_test_file(stand_in):
     )
     assert files == gpu_files and len(files) > 5
     assert all("faulthandler_timeout=240" in call for call in calls)
+
+
+def test_drafter_trains_one_drafter_per_depth_and_soft_label_weight(stand_in):
+    tmp_path, env = stand_in
+    done, calls, finished = run_jobs(tmp_path, {**env, "LAYERS": "2 4", "SOFT": "0 1"}, "drafter")
+    assert done.returncode == 0, done.stderr
+    trains = [c for c in calls if c.startswith("-m ddbench testbed train ")]
+    outs = [(c.split(" --out ")[1].split()[0].rsplit("/", 1)[1], c.split("--soft-labels ")[1].split()[0])
+            for c in trains]  # fmt: skip
+    assert outs == [("l2", "0"), ("l2-s1", "1"), ("l4", "0"), ("l4-s1", "1")]
+    assert "drafter rc=0" in finished

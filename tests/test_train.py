@@ -3,7 +3,7 @@
 import torch
 
 from ddbench.testbed import train
-from ddbench.testbed.train import TrainConfig, block_inputs, fit, make_batch
+from ddbench.testbed.train import TrainConfig, block_inputs, fit, make_batch, next_token_logits, training_loss
 from ddtree_core.reference.dflash import DFlashDraftModel
 from ddtree_core.reference.loading import random_target
 
@@ -126,3 +126,53 @@ def test_init_of_another_shape_or_a_corrupt_file_is_one_line(tmp_path):
         assert "does not load" in str(error) and "\n" not in str(error)
     else:
         raise AssertionError("no InitError")
+
+
+def test_next_token_logits_are_the_targets_own_at_the_position_before():
+    target, _ = tiny_pair()
+    ids = torch.randint(0, VOCAB - 1, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = target(input_ids=ids, output_hidden_states=True)
+        positions = torch.tensor([[4, 5, 9], [1, 2, 3]])
+        got = next_token_logits(target, out.hidden_states[-1], positions)
+    for row in range(2):
+        for j, position in enumerate(positions[row].tolist()):
+            torch.testing.assert_close(got[row, j], out.logits[row, position - 1])
+
+
+def test_soft_labels_mix_the_answer_and_the_targets_distribution():
+    target, drafter = tiny_pair(seed=1)
+    ids = torch.randint(0, VOCAB - 1, (2, 14), generator=torch.Generator().manual_seed(2))
+    anchors, lengths = torch.tensor([[3, 7], [5, 8]]), torch.tensor([14, 11])
+    weights = torch.exp(-torch.arange(BLOCK).clamp(min=1).sub(1) / 7.0)
+
+    def loss(soft):
+        with torch.no_grad():
+            return training_loss(drafter, target, ids, anchors, lengths, weights, config(soft_labels=soft))[0]
+
+    # by hand: the weighted cross-entropy against the target's softmax at the position before each label
+    block_ids, positions, labels, mask = block_inputs(ids, anchors, lengths, config())
+    with torch.no_grad():
+        out = target(input_ids=ids, output_hidden_states=True)
+        features = torch.cat([out.hidden_states[i + 1] for i in drafter.target_layer_ids], dim=-1)
+        states = drafter.forward_blocks(target.get_input_embeddings()(block_ids), positions, features, mask)
+        log_q = target.get_output_embeddings()(states).log_softmax(-1)
+        before = (positions - 1).clamp(min=0)
+        teacher = torch.stack([out.logits[row, before[row]] for row in range(2)]).softmax(-1)
+    soft_ce = -(teacher * log_q).sum(-1)
+    w = weights[torch.arange(labels.shape[1]) % BLOCK].unsqueeze(0) * (labels != -100)
+    torch.testing.assert_close(loss(1.0), (soft_ce * w).sum() / w.sum())
+    torch.testing.assert_close(loss(0.5), (loss(0.0) + loss(1.0)) / 2)
+    assert not torch.isclose(loss(0.0), loss(1.0))
+
+
+def test_soft_labels_outside_0_1_are_one_line_and_write_nothing(tmp_path):
+    from typer.testing import CliRunner
+
+    from ddbench.cli import app
+
+    out = tmp_path / "d"
+    args = ["--target", str(tmp_path), "--out", str(out), "--mask-token-id", "1", "--answers", str(tmp_path / "a")]
+    result = CliRunner().invoke(app, ["testbed", "train", *args, "--soft-labels", "1.5"])
+    assert result.exit_code == 2 and not out.exists()
+    assert result.output.strip() == "error: --soft-labels must lie in [0, 1], got 1.5"

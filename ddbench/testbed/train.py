@@ -9,6 +9,13 @@
    the anchor is the bonus token) and the rest of its own block, never another block. The loss is the
    cross-entropy of the target's next block_size - 1 tokens through the target's frozen lm_head,
    weighted exp(-(k - 1) / decay) at block position k: early positions decide acceptance.
+3. With `soft_labels` = a > 0 the cross-entropy at each label is (1 - a) x that of the answer's token + a x
+   that of the target's whole next-token distribution there (the softmax of the target's own logits at the
+   position before the label, read from the same target pass). An answer sampled at temperature 1 is one
+   draw from that distribution: its cross-entropy has the same expected gradient, with the draw's noise;
+   the distribution gives the drafter every token's probability, which a tree ranks by. Example: the target
+   gives "4" 0.6 and "four" 0.4 after "2 + 2 =" and the answer drew "four": a = 0 teaches "four" alone,
+   a = 1 teaches 0.6 / 0.4.
 
 `ddbench testbed train --target DIR --prompts FILE.jsonl --out DIR` (see --help) answers the
 prompts with the target's `generate` here; `--answers FILE.jsonl` trains on answers a server wrote
@@ -60,6 +67,7 @@ class TrainConfig:
     max_seconds: float = 0.0  # > 0: train this long (at most `steps`), the cosine over the wall time
     init: str | None = None  # a drafter folder of the same shape to start from (None: seeded random weights)
     loss_decay: float = 7.0
+    soft_labels: float = 0.0  # weight of the target's next-token distribution in the loss (module docstring, 3.)
     seed: int = 0
     device: str = "cuda"
 
@@ -269,8 +277,9 @@ def fit(drafter, target, sequences, cfg: TrainConfig, pad_id: int, log) -> None:
 
 
 def training_loss(drafter, target, ids, anchors, lengths, weights, cfg: TrainConfig, accuracy: bool = True):
-    """Weighted block cross-entropy and the top-1 accuracy per block position (first 4; [] where `accuracy`
-    is False: the accuracies read the GPU back, four syncs a step)."""
+    """Weighted block cross-entropy (against the answer's tokens, and with cfg.soft_labels > 0 also against the
+    target's next-token distributions: the module docstring) and the top-1 accuracy per block position (first
+    4; [] where `accuracy` is False: the accuracies read the GPU back, four syncs a step)."""
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=ids.is_cuda):
         hidden = target(input_ids=ids, output_hidden_states=True).hidden_states
         features = torch.cat([hidden[i + 1] for i in drafter.target_layer_ids], dim=-1)
@@ -281,15 +290,32 @@ def training_loss(drafter, target, ids, anchors, lengths, weights, cfg: TrainCon
         head = target.get_output_embeddings()
         logits = head(states.to(head.weight.dtype)).float()
     per_token = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="none")
+    per_token = per_token.view_as(labels)
+    if cfg.soft_labels > 0:
+        with torch.no_grad():
+            teacher = next_token_logits(target, hidden[-1], positions).float().softmax(-1)
+        soft = logits.logsumexp(-1) - (teacher * logits).sum(-1)  # the cross-entropy, as the teacher sums to 1
+        per_token = (1 - cfg.soft_labels) * per_token + cfg.soft_labels * torch.where(labels != -100, soft, 0.0)
     k = torch.arange(labels.shape[1], device=ids.device) % cfg.block_size
     w = weights[k].unsqueeze(0).expand_as(labels) * (labels != -100)
-    loss = (per_token.view_as(labels) * w).sum() / w.sum().clamp(min=1)
+    loss = (per_token * w).sum() / w.sum().clamp(min=1)
     if not accuracy:
         return loss, []
     with torch.no_grad():
         hit = (logits.argmax(-1) == labels) & (labels != -100)
         accuracy = [(hit[:, k == j].sum() / (labels[:, k == j] != -100).sum().clamp(min=1)).item() for j in range(1, 5)]
     return loss, accuracy
+
+
+def next_token_logits(target, last_hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The target's logits for the token at each of `positions` [B, Q]: its lm_head over the final (normed)
+    hidden state [B, S, H] of the position before (clamped into the sequence; labels mask what falls out).
+    Example: positions [[4, 5]] read the states of positions 3 and 4, whose logits predict tokens 4 and 5."""
+    before = (positions - 1).clamp(min=0, max=last_hidden.shape[1] - 1)
+    states = last_hidden.gather(1, before.unsqueeze(-1).expand(-1, -1, last_hidden.shape[-1]))
+    head = target.get_output_embeddings()
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=states.is_cuda):
+        return head(states.to(head.weight.dtype))
 
 
 def evenly_spread(num_layers: int, count: int) -> list[int]:
@@ -368,6 +394,13 @@ def main(
     loss_decay: Annotated[
         float, typer.Option(help="Block position k weighs exp(-(k - 1) / decay) in the loss.")
     ] = TrainConfig.loss_decay,
+    soft_labels: Annotated[
+        float,
+        typer.Option(
+            help="0-1: weight of the target's next-token distribution (its softmax at each label) against the "
+            "answer's token in the loss; 0: the answer's tokens only."
+        ),
+    ] = TrainConfig.soft_labels,
     sample_temperature: Annotated[
         float, typer.Option(help="Temperature of the sampled passes.")
     ] = TrainConfig.sample_temperature,
@@ -383,6 +416,9 @@ def main(
     ddbench/testbed/train.py); a held-out prompt is refused (exit 2) before anything is written."""
     if (prompts is None) == (answers is None):
         typer.echo("error: give one of --prompts and --answers", err=True)
+        raise typer.Exit(code=2)
+    if not 0 <= soft_labels <= 1:
+        typer.echo(f"error: --soft-labels must lie in [0, 1], got {soft_labels}", err=True)
         raise typer.Exit(code=2)
     settings = dict(locals())  # every parameter is a TrainConfig field
     settings["target_layer_ids"] = tuple(int(x) for x in target_layer_ids.split(",")) if target_layer_ids else None
