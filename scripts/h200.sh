@@ -441,9 +441,10 @@ sweeps)
           case $name in
           ar) port=12400 && resident ar $port AR 0 && urls=$urls,ar=http://127.0.0.1:$port ;;
           dflash) port=12300 && resident dflash $port DFLASH 0 && urls=$urls,dflash=http://127.0.0.1:$port ;;
-          b15|b63|b255) port=$((12000 + 100 * $(case $name in b255) echo 0 ;; b63) echo 1 ;; *) echo 2 ;; esac))) \
-            && resident "ddtree-$name" $port DDTREE "${name#b}" && urls=$urls,ddtree=http://127.0.0.1:$port \
-            && budgets=$budgets,${name#b} ;;
+          b15|b63|b255)  # (a case inside $((...)) does not parse: the pattern's ")" ends the arithmetic)
+            case $name in b255) port=12000 ;; b63) port=12100 ;; *) port=12200 ;; esac
+            resident "ddtree-$name" $port DDTREE "${name#b}" && urls=$urls,ddtree=http://127.0.0.1:$port \
+              && budgets=$budgets,${name#b} ;;
           auto) port=12500 && SGLANG_DDTREE_COST_TABLE=${AUTO_COST_TABLE:+$W/repo/$AUTO_COST_TABLE} \
             resident ddtree-auto $port DDTREE auto:15,31,63 && urls=$urls,ddtree=http://127.0.0.1:$port ;;
           *) echo "resident: unknown server $name (ar, dflash, b15, b63, b255, auto)"; false ;;

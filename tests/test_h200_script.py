@@ -130,3 +130,40 @@ def test_drafter_trains_one_drafter_per_depth_and_soft_label_weight(stand_in):
             for c in trains]  # fmt: skip
     assert outs == [("l2", "0"), ("l2-s1", "1"), ("l4", "0"), ("l4-s1", "1")]
     assert "drafter rc=0" in finished
+
+
+def test_resident8b_starts_each_named_server_once_and_sweeps_the_plan_against_them(tmp_path):
+    """RESIDENT with an auto server and RESIDENT_PLAN=mt-t1: five servers (the stand-in python3 prints SGLang's
+    "Capture cuda graph end", a server stays up, every health check passes), then the plan's four sweeps,
+    each against all five servers with budgets 15, 63 and auto, the auto server given the committed table."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(  # a server stays up until the job stops it
+        f'#!/bin/sh\necho "$*" >> {tmp_path}/calls.log\necho "Capture cuda graph end"\n'
+        f'case "$*" in *launch_server*) echo "$SGLANG_DDTREE_BUDGET $SGLANG_DDTREE_COST_TABLE" >> {tmp_path}/env.log\n'
+        "  exec sleep 60 ;; esac\n"
+    )
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 80000\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DD_WORK": str(tmp_path / "w"), "GPU": "0",
+           "RESIDENT": "b63 b15 dflash ar auto", "RESIDENT_PLAN": "mt-t1",
+           "AUTO_COST_TABLE": "configs/cost/testbed8b-h200.json"}  # fmt: skip
+    (tmp_path / "w" / "big" / "target").mkdir(parents=True)
+    (tmp_path / "w" / "big" / "target" / "config.json").write_text("{}")  # inflated before: no inflation
+    done, calls, finished = run_jobs(tmp_path, env, "resident8b")
+    assert done.returncode == 0, done.stderr
+    servers = [c for c in calls if "launch_server" in c]
+    assert [c.split("--port ")[1].split()[0] for c in servers] == ["12100", "12200", "12300", "12400", "12500"]
+    assert sum("ddtree_core.sglang.launch_server" in c for c in servers) == 3
+    budgets = (tmp_path / "env.log").read_text().splitlines()
+    assert [line.split()[0] for line in budgets] == ["63", "15", "0", "0", "auto:15,31,63"]
+    assert budgets[-1].split()[1] == f"{tmp_path}/w/repo/configs/cost/testbed8b-h200.json"
+    sweeps = [c for c in calls if c.startswith("-m ddbench sweep")]
+    outs = [c.split(" --out ")[1].split()[0].rsplit("/", 1)[1] for c in sweeps]
+    assert outs == ["mt-c1", "t1-c1", "mt-load", "t1-load"]
+    for sweep in sweeps:
+        assert "--budgets 15,63,auto" in sweep and sweep.split("--url ")[1].split()[0].count("http://") == 5
+    assert [line for line in finished if line.startswith("8b-resident")] == [
+        "8b-resident mt-c1 rc=0", "8b-resident t1-c1 rc=0", "8b-resident mt-load rc=0", "8b-resident t1-load rc=0"
+    ]  # fmt: skip
