@@ -167,3 +167,17 @@ def test_resident8b_starts_each_named_server_once_and_sweeps_the_plan_against_th
     assert [line for line in finished if line.startswith("8b-resident")] == [
         "8b-resident mt-c1 rc=0", "8b-resident t1-c1 rc=0", "8b-resident mt-load rc=0", "8b-resident t1-load rc=0"
     ]  # fmt: skip
+
+
+def test_chisq_checks_b15_and_b63_against_one_ar_server_and_a_planted_failure(stand_in):
+    tmp_path, env = stand_in
+    done, calls, finished = run_jobs(tmp_path, env, "chisq")
+    assert done.returncode == 0, done.stderr
+    servers = [c for c in calls if "launch_server" in c]
+    assert len(servers) == 3 and "--speculative-algorithm" not in servers[0]
+    assert all("--speculative-algorithm DDTREE" in c for c in servers[1:])
+    checks = [c for c in calls if c.startswith("-m ddbench check sampled")]
+    outs = [c.split(" --out ")[1].split()[0].rsplit("/", 1)[1] for c in checks]
+    assert outs == [f"b{b}-{case}.json" for b in (15, 63) for case in ("t1.0-p1.0", "t0.7-p0.9", "planted")]
+    assert all("--samples 2000" in c for c in checks) and all("--spec-temperature 0.8" in c for c in checks[2::3])
+    assert "chisq rc=0" in finished
