@@ -56,7 +56,8 @@
 #               round times from the servers' decode logs (scripts/log_rounds.py)
 #   chain       greedy parity and acceptance of trees that hold the chain: budgets 15, 31, 63, 1 and 16 in flight
 #   trace       torch-profiler traces of decode rounds (scripts/trace_rounds.py), AR, DFLASH, DDTree
-#               b15 (verify width 16, as DFLASH's block) and b128, 1 and 16 in flight
+#               b15 (verify width 16, as DFLASH's block) and b128, 1 and 16 in flight; TRACE_8B=1: DFLASH and b15 on the
+#               inflated 8B-class pair (where the DDTree round at width 16 costs 6-12 % more than DFLASH's)
 #   gputests    pytest -m gpu, a process per test file, 8 side by side, GPUTESTS_S (600) seconds at most (its tests
 #               compile many Triton configurations: one process on an H100 had passed 14 of 62 in 13 minutes)
 #   kernels     the draft-side kernel benchmark (reference, torch, triton, or those in KERNEL_IMPLS, e.g.
@@ -185,6 +186,10 @@ sweeps)
       2> /dev/null; do sleep 2; kill -0 $SERVER_PID 2> /dev/null || return 1; done
   }
   stop_server() { kill -- -"$SERVER_PID" 2> /dev/null; sleep 5; kill -9 -- -"$SERVER_PID" 2> /dev/null; }
+  inflate8b() {  # inflate8b LOG: the testbed pair at Llama-3.1-8B's shape in $W/big (once per machine), checked in bf16
+    [ -f "$W/big/target/config.json" ] || python3 -m ddbench testbed inflate "$T" "$W/big/target" --draft "$DRAFT" \
+      "$W/big/drafter" --preset llama3-8b --device cuda --check 8 --data-dir "$W/data" > "$1" 2>&1
+  }
   PORT=$((31000 + 100 * GPU))
   DRAFT=$W/repo/ddbench/assets/SmolLM2-135M-Instruct-DFlash-b16
   mkdir -p "$W/runs"
@@ -307,14 +312,23 @@ sweeps)
         unset SGLANG_DDTREE_DRAFT_GRAPH SGLANG_DDTREE_HOLD_CHAIN
         python3 scripts/log_rounds.py "$W"/runs/rounds-*.log > "$W/runs/rounds/rounds.md"
         echo "rounds rc=0" >> "$W/done" ;;
-      trace)
-        for spec in "dflash DFLASH 0" "ddtree-b15 DDTREE 15" "ddtree-b128 DDTREE 128" "ar AR 0"; do
-          read -r name algo budget <<< "$spec"
+      trace)  # TRACE_8B=1: the inflated 8B-class pair instead (runs/trace-8b), DFLASH and b15 only unless TRACE_SERVERS
+        # names others ("dflash ddtree-b15 ddtree-b128 ar")
+        out=$W/runs/trace servers=${TRACE_SERVERS:-dflash ddtree-b15 ddtree-b128 ar} testbed=("$T" "$DRAFT")
+        if [ "${TRACE_8B:-0}" = 1 ]; then
+          out=$W/runs/trace-8b servers=${TRACE_SERVERS:-dflash ddtree-b15} && mkdir -p "$out"
+          inflate8b "$out/inflate-8b.log" && T=$W/big/target DRAFT=$W/big/drafter
+        fi
+        mkdir -p "$out"
+        for name in $servers; do
+          case $name in dflash) algo=DFLASH budget=0 ;; ar) algo=AR budget=0 ;; *) algo=DDTREE budget=${name#ddtree-b} ;; esac
+          nvidia-smi > "$out/nvidia-smi-$name.txt"
           serve_algo "trace-$name" $PORT "$algo" "$budget" || { echo "trace $name: no server"; stop_server; continue; }
-          python3 scripts/trace_rounds.py --url http://127.0.0.1:$PORT --out "$W/runs/trace" --prefix "$name" \
-            --data-dir "$W/data" --concurrency 1,16 >> "$W/runs/trace.log" 2>&1
+          python3 scripts/trace_rounds.py --url http://127.0.0.1:$PORT --out "$out" --prefix "$name" \
+            --data-dir "$W/data" --concurrency 1,16 >> "$out.log" 2>&1
           stop_server
         done
+        T=${testbed[0]} DRAFT=${testbed[1]}
         echo "trace rc=0" >> "$W/done" ;;
       tp2)  # SGLang refuses TP when the GPUs' free memory differs: wait for the other queues to finish
         until [ "$(cat "$W/done" 2> /dev/null | grep -c '^all-')" -ge $(($(cat "$W/queues") - 1)) ]; do sleep 10; done
@@ -412,8 +426,7 @@ sweeps)
       resident8b)
         B=$W/big R=$W/runs/8b-resident
         mkdir -p "$R/logs"
-        [ -f "$B/target/config.json" ] || python3 -m ddbench testbed inflate "$T" "$B/target" --draft "$DRAFT" "$B/drafter" \
-          --preset llama3-8b --device cuda --check 8 --data-dir "$W/data" > "$R/inflate-8b.log" 2>&1
+        inflate8b "$R/inflate-8b.log"
         resident() {  # resident NAME PORT AR|DFLASH|DDTREE BUDGET: a server that stays up. SGLang sizes its weights + KV
           # as mem_fraction_static x the memory free when it starts, so the fraction is set from what is free now; it
           # returns once the server's memory is placed (its first CUDA graph captured), so the next one sees it all

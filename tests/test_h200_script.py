@@ -18,16 +18,19 @@ def stand_in(tmp_path):
     fake = bin_dir / "python3"
     fake.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/calls.log\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    pause = bin_dir / "sleep"  # the job's waits (a server's stop, health polls) pass at once
+    pause.write_text("#!/bin/sh\nexit 0\n")
+    pause.chmod(pause.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DD_WORK": str(tmp_path / "w"), "GPU": "0"}
     return tmp_path, env
 
 
-def run_jobs(tmp_path, env, *jobs, queues="1"):
+def run_jobs(tmp_path, env, *jobs, queues="1", timeout=30):
     work = tmp_path / "w"
     work.mkdir(exist_ok=True)
     (work / "queues").write_text(queues)
     done = subprocess.run(["bash", str(SCRIPT), "sweeps", *jobs], env=env, cwd=SCRIPT.parents[1],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
     calls = (tmp_path / "calls.log").read_text().splitlines() if (tmp_path / "calls.log").exists() else []
     return done, calls, (work / "done").read_text().splitlines()
 
@@ -181,3 +184,23 @@ def test_chisq_checks_b15_and_b63_against_one_ar_server_and_a_planted_failure(st
     assert outs == [f"b{b}-{case}.json" for b in (15, 63) for case in ("t1.0-p1.0", "t0.7-p0.9", "planted")]
     assert all("--samples 2000" in c for c in checks) and all("--spec-temperature 0.8" in c for c in checks[2::3])
     assert "chisq rc=0" in finished
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_trace_traces_the_testbed_or_the_inflated_pair_and_gives_the_testbed_back(stand_in, big):
+    tmp_path, env = stand_in
+    env = {**env, "TRACE_8B": "1"} if big else env
+    done, calls, finished = run_jobs(tmp_path, env, "trace", "chisq", timeout=90)  # each server stops in 5 s
+    assert done.returncode == 0, done.stderr
+    inflations = [c for c in calls if c.startswith("-m ddbench testbed inflate")]
+    assert len(inflations) == int(big)
+    traces = [c for c in calls if c.startswith("scripts/trace_rounds.py")]
+    assert [c.split("--prefix ")[1].split()[0] for c in traces] == (
+        ["dflash", "ddtree-b15"] if big else ["dflash", "ddtree-b15", "ddtree-b128", "ar"]
+    )
+    assert all(f"/runs/trace{'-8b' if big else ''} " in c for c in traces)
+    servers = [c.split("--model-path ")[1].split()[0] for c in calls if "launch_server" in c]
+    testbed = f"{tmp_path}/w/cache/SmolLM2-135M-Instruct"
+    assert servers[: len(traces)] == [f"{tmp_path}/w/big/target" if big else testbed] * len(traces)
+    assert set(servers[len(traces) :]) == {testbed}  # chisq after it: the testbed again
+    assert "trace rc=0" in finished and "chisq rc=0" in finished
