@@ -57,7 +57,7 @@
 #   chain       greedy parity and acceptance of trees that hold the chain: budgets 15, 31, 63, 1 and 16 in flight
 #   trace       torch-profiler traces of decode rounds (scripts/trace_rounds.py), AR, DFLASH, DDTree
 #               b15 (verify width 16, as DFLASH's block) and b128, 1 and 16 in flight; TRACE_8B=1: DFLASH and b15 on the
-#               inflated 8B-class pair (where the DDTree round at width 16 costs 6-12 % more than DFLASH's)
+#               inflated 8B-class pair
 #   gputests    pytest -m gpu, a process per test file, 8 side by side, GPUTESTS_S (600) seconds at most (its tests
 #               compile many Triton configurations: one process on an H100 had passed 14 of 62 in 13 minutes)
 #   kernels     the draft-side kernel benchmark (reference, torch, triton, or those in KERNEL_IMPLS, e.g.
@@ -317,7 +317,8 @@ sweeps)
         out=$W/runs/trace servers=${TRACE_SERVERS:-dflash ddtree-b15 ddtree-b128 ar} testbed=("$T" "$DRAFT")
         if [ "${TRACE_8B:-0}" = 1 ]; then
           out=$W/runs/trace-8b servers=${TRACE_SERVERS:-dflash ddtree-b15} && mkdir -p "$out"
-          inflate8b "$out/inflate-8b.log" && T=$W/big/target DRAFT=$W/big/drafter
+          inflate8b "$out/inflate-8b.log" || { echo "trace: no 8B-class pair ($out/inflate-8b.log)" >> "$W/done"; continue; }
+          T=$W/big/target DRAFT=$W/big/drafter
         fi
         mkdir -p "$out"
         for name in $servers; do
