@@ -11,18 +11,21 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "h200.sh"
 
 
-@pytest.fixture
-def stand_in(tmp_path):
+def tools_env(tmp_path, tools: dict[str, str], **extra) -> dict:
+    """The environment of a job run whose PATH starts with these stand-in tools (name -> shell body)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    fake = bin_dir / "python3"
-    fake.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/calls.log\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    pause = bin_dir / "sleep"  # the job's waits (a server's stop, health polls) pass at once
-    pause.write_text("#!/bin/sh\nexit 0\n")
-    pause.chmod(pause.stat().st_mode | stat.S_IEXEC)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DD_WORK": str(tmp_path / "w"), "GPU": "0"}
-    return tmp_path, env
+    for name, body in tools.items():
+        tool = bin_dir / name
+        tool.write_text(f"#!/bin/sh\n{body}")
+        tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DD_WORK": str(tmp_path / "w"), "GPU": "0"} | extra
+
+
+@pytest.fixture
+def stand_in(tmp_path):
+    # python3 logs its arguments; the job's waits (a server's stop, health polls) pass at once
+    return tmp_path, tools_env(tmp_path, {"python3": f'echo "$*" >> {tmp_path}/calls.log\n', "sleep": "exit 0\n"})
 
 
 def run_jobs(tmp_path, env, *jobs, queues="1", timeout=30):
@@ -139,19 +142,13 @@ def test_resident8b_starts_each_named_server_once_and_sweeps_the_plan_against_th
     """RESIDENT with an auto server and RESIDENT_PLAN=mt-t1: five servers (the stand-in python3 prints SGLang's
     "Capture cuda graph end", a server stays up, every health check passes), then the plan's four sweeps,
     each against all five servers with budgets 15, 63 and auto, the auto server given the committed table."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text(  # a server stays up until the job stops it
-        f'#!/bin/sh\necho "$*" >> {tmp_path}/calls.log\necho "Capture cuda graph end"\n'
+    python = (  # a server stays up until the job stops it
+        f'echo "$*" >> {tmp_path}/calls.log\necho "Capture cuda graph end"\n'
         f'case "$*" in *launch_server*) echo "$SGLANG_DDTREE_BUDGET $SGLANG_DDTREE_COST_TABLE" >> {tmp_path}/env.log\n'
         "  exec sleep 60 ;; esac\n"
     )
-    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 80000\n")
-    for tool in bin_dir.iterdir():
-        tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DD_WORK": str(tmp_path / "w"), "GPU": "0",
-           "RESIDENT": "b63 b15 dflash ar auto", "RESIDENT_PLAN": "mt-t1",
-           "AUTO_COST_TABLE": "configs/cost/testbed8b-h200.json"}  # fmt: skip
+    env = tools_env(tmp_path, {"python3": python, "nvidia-smi": "echo 80000\n"}, RESIDENT="b63 b15 dflash ar auto",
+                    RESIDENT_PLAN="mt-t1", AUTO_COST_TABLE="configs/cost/testbed8b-h200.json")  # fmt: skip
     (tmp_path / "w" / "big" / "target").mkdir(parents=True)
     (tmp_path / "w" / "big" / "target" / "config.json").write_text("{}")  # inflated before: no inflation
     done, calls, finished = run_jobs(tmp_path, env, "resident8b")

@@ -343,7 +343,7 @@ class _Run:
         vocab_ids = getattr(self.proposer, "vocab_ids", None)
         if vocab_ids is None:
             return topk
-        return DraftTopK(log_probs=topk.log_probs, token_ids=vocab_ids.to(topk.token_ids.device)[topk.token_ids])
+        return DraftTopK(log_probs=topk.log_probs, token_ids=vocab_ids[topk.token_ids])  # both on the head's device
 
     def _build(self, topk: DraftTopK, budget: int) -> DraftTree:
         """The tree of `budget` nodes (the same from any top-K with K >= min(budget, vocab): a node of rank r

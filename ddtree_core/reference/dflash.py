@@ -367,8 +367,8 @@ class DraftHead:
         bias = None if getattr(head, "bias", None) is None else head.bias.detach()
         if draft_vocab is not None and draft_vocab < vocab:
             extra = sorted({int(t) for t in keep if draft_vocab <= int(t) < vocab})
-            self.vocab_ids = torch.cat([torch.arange(draft_vocab), torch.tensor(extra, dtype=torch.long)])
-            self.vocab_ids = self.vocab_ids.to(weight.device)
+            ids = torch.cat([torch.arange(draft_vocab), torch.tensor(extra, dtype=torch.long)])
+            self.vocab_ids = ids.to(weight.device)
             weight = weight[self.vocab_ids]
             bias = None if bias is None else bias[self.vocab_ids]
         self.weight = weight.to(dtype).contiguous()
