@@ -10,7 +10,8 @@
 #   bash scripts/h200.sh wait SECS    wait for the jobs, pack logs and results into $OUT
 #   bash scripts/h200.sh get FILE     a file under the work folder into $OUT, in 15 MiB pieces
 # A `/` splits the jobs into queues that run side by side, the first on GPU 0, the next on GPU 1
-# (nvidia-h200-x2): `serve trace grid / gputests load` (logs sweeps-0.log, sweeps-1.log).
+# (nvidia-h200-x2): `serve trace grid / gputests load` (logs sweeps-0.log, sweeps-1.log). SHARE_GPU=1 puts every
+# queue on GPU 0, for checks that time nothing: `SHARE_GPU=1 bash scripts/h200.sh serve gputests / chisq load`.
 # Jobs (default: match parity-p1 parity-p16, the first run's):
 #   match       the reference engine's held-out prompts and budgets (+ budget 15), concurrency 1
 #   match-ref   the same prompts through the reference engine (bf16, on the GPU) and SGLang, 32 per cell, then
@@ -105,12 +106,14 @@ SERVER=(--server-arg=--attention-backend --server-arg=triton --server-arg=--samp
 # Later jobs skip the prefill CUDA graphs (about 1 minute of capture per server start; decode and verify
 # graphs stay on).
 FAST=(--server-arg=--disable-prefill-cuda-graph)
-queues() {  # queues JOB.. [/ JOB..]: one setsid'd `sweeps` per queue, queue i on GPU i
+queues() {  # queues JOB.. [/ JOB..]: one setsid'd `sweeps` per queue, queue i on GPU i; SHARE_GPU=1: every queue on
+  # GPU 0 (checks that time nothing, e.g. `gputests / chisq load` on one GPU), each with its own ports (QUEUE)
   local gpu=0 jobs=()
   rm -f "$W/done"
   for arg in "$@" /; do
     if [ "$arg" = / ]; then
-      GPU=$gpu setsid nohup bash scripts/h200.sh sweeps "${jobs[@]}" >> "$W/sweeps-$gpu.log" 2>&1 < /dev/null &
+      GPU=$(( ${SHARE_GPU:-0} ? 0 : gpu )) QUEUE=$gpu setsid nohup bash scripts/h200.sh sweeps "${jobs[@]}" \
+        >> "$W/sweeps-$gpu.log" 2>&1 < /dev/null &
       gpu=$((gpu + 1)); jobs=()
     else
       jobs+=("$arg")
@@ -190,7 +193,7 @@ sweeps)
     [ -f "$W/big/target/config.json" ] || python3 -m ddbench testbed inflate "$T" "$W/big/target" --draft "$DRAFT" \
       "$W/big/drafter" --preset llama3-8b --device cuda --check 8 --data-dir "$W/data" > "$1" 2>&1
   }
-  PORT=$((31000 + 100 * GPU))
+  PORT=$((31000 + 100 * ${QUEUE:-$GPU}))
   DRAFT=$W/repo/ddbench/assets/SmolLM2-135M-Instruct-DFlash-b16
   mkdir -p "$W/runs"
   for job in "${@:-match parity-p1 parity-p16}"; do

@@ -201,3 +201,23 @@ def test_trace_traces_the_testbed_or_the_inflated_pair_and_gives_the_testbed_bac
     assert servers[: len(traces)] == [f"{tmp_path}/w/big/target" if big else testbed] * len(traces)
     assert set(servers[len(traces) :]) == {testbed}  # chisq after it: the testbed again
     assert "trace rc=0" in finished and "chisq rc=0" in finished
+
+
+@pytest.mark.parametrize("share", ["0", "1"])
+def test_queues_go_one_per_gpu_or_all_on_gpu_0_with_their_own_ports(tmp_path, share):
+    # `queues` alone, its setsid a stand-in that logs each queue's GPU, QUEUE and jobs
+    env = tools_env(tmp_path, {"setsid": f'echo "$GPU $QUEUE $*" >> {tmp_path}/queues.log\n'}, SHARE_GPU=share)
+    (tmp_path / "w").mkdir()
+    body = f"""W={tmp_path}/w; eval "$(sed -n '/^queues() {{/,/^}}/p' {SCRIPT})"; queues gputests / chisq load; wait"""
+    assert subprocess.run(["bash", "-c", body], env=env, cwd=SCRIPT.parents[1], timeout=30).returncode == 0
+    lines = sorted((tmp_path / "queues.log").read_text().splitlines())
+    assert [line.split(" nohup ")[0] for line in lines] == (["0 0", "0 1"] if share == "1" else ["0 0", "1 1"])
+    assert lines[0].endswith("sweeps gputests") and lines[1].endswith("sweeps chisq load")
+    assert (tmp_path / "w" / "queues").read_text().strip() == "2"
+    # the second queue's servers take the ports above the first's
+    (tmp_path / "q").mkdir()
+    env = tools_env(tmp_path / "q", {"python3": f'echo "$*" >> {tmp_path}/calls.log\n', "sleep": "exit 0\n"},
+                    QUEUE="1", DD_WORK=str(tmp_path / "w"))  # fmt: skip
+    done, calls, _ = run_jobs(tmp_path, env, "chisq")
+    assert done.returncode == 0, done.stderr
+    assert {c.split("--port ")[1].split()[0] for c in calls if "launch_server" in c} == {"31100", "31150"}
