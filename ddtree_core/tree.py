@@ -55,6 +55,7 @@ __all__ = [
     "budgets_tensor",
     "build_tree",
     "build_tree_from_topk",
+    "chain_tree",
     "draft_topk",
 ]
 
@@ -149,6 +150,37 @@ def build_tree_from_topk(
     from ddtree_core import batched
 
     return batched.build_tree_from_topk(topk, budget, max_depth, max_budget, hold_chain)
+
+
+def chain_tree(topk: DraftTopK) -> DraftTree:
+    """DFlash's block as a tree: the rank-0 token of every position, each node the child of the one before.
+
+    The same DraftTree as `build_tree_from_topk` of the rank-0 lists at budget L (tests hold them equal), in
+    a few tensor ops instead of a best-first build: with one candidate per depth the heap pops depth 1, 2, ..,
+    L in order, whatever the scores (-inf included), and a node's score is its parent's plus its log-prob,
+    summed in float32 from the root down as the heap sums them.
+
+    Example: rank-0 lists [[a -0.1], [c -0.2]] give token_ids [a, c], parents [-1, 0, 1], depths [0, 1, 2],
+    scores [0, -0.1, -0.3], ranks [-1, 0, 0].
+    """
+    batch, length, _ = topk.log_probs.shape
+    device = topk.log_probs.device
+    first = topk.log_probs[:, :, 0].float()
+    scores = torch.zeros(batch, length + 1, dtype=torch.float32, device=device)
+    for depth in range(1, length + 1):  # float32 adds in the heap's order (torch.cumsum may sum in float64)
+        scores[:, depth] = scores[:, depth - 1] + first[:, depth - 1]
+    steps = torch.arange(length + 1, device=device).expand(batch, -1)
+    ranks = torch.zeros(batch, length + 1, dtype=torch.int64, device=device)
+    ranks[:, 0] = -1
+    return DraftTree(
+        token_ids=topk.token_ids[:, :, 0].to(torch.int64).clone(),
+        parents=steps - 1,
+        depths=steps.clone(),
+        num_nodes=torch.full((batch,), length, dtype=torch.int64, device=device),
+        scores=scores,
+        ranks=ranks,
+        max_depth=length,
+    )
 
 
 def _max_budget(budget: int | torch.Tensor, batch: int) -> int:

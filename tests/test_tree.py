@@ -296,3 +296,24 @@ def test_torch_topk_ranks_nan_last_as_the_reference():
         assert torch.equal(batched.token_ids, reference.token_ids), k
         assert torch.equal(batched.log_probs.view(torch.int32), reference.log_probs.view(torch.int32)), k
     assert draft_topk(logits, 4, impl="torch").token_ids[0, 0].tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("impl", ["reference", "torch"])
+def test_chain_tree_is_the_built_tree_of_the_rank0_lists(impl):
+    """chain_tree == build_tree_from_topk of the rank-0 lists at budget L, bit for bit: random drafts of
+    every sharpness, a batch, one position, and -inf log-probs (a depth a request may not use)."""
+    from ddtree_core.tree import chain_tree
+
+    generator = torch.Generator().manual_seed(7)
+    for batch, length, vocab, scale in [(1, 15, 64, 1.0), (3, 7, 32, 8.0), (2, 1, 5, 0.1), (4, 15, 100, 30.0)]:
+        logits = torch.randn(batch, length, vocab, generator=generator) * scale
+        topk = draft_topk(logits, min(length, vocab), impl=impl)
+        chain = DraftTopK(log_probs=topk.log_probs[..., :1], token_ids=topk.token_ids[..., :1])
+        assert_same(chain_tree(topk), build_tree_from_topk(chain, length, impl=impl))
+    masked = topk.log_probs.clone()
+    masked[1, 9:] = -math.inf
+    topk = DraftTopK(log_probs=masked, token_ids=topk.token_ids)
+    chain = DraftTopK(log_probs=masked[..., :1], token_ids=topk.token_ids[..., :1])
+    tree = chain_tree(topk)
+    assert_same(tree, build_tree_from_topk(chain, 15, impl=impl))
+    assert tree.parents[0].tolist() == list(range(-1, 15)) and torch.isinf(tree.scores[1, 10:]).all()

@@ -35,7 +35,7 @@ from ddtree_core import mask as tree_mask
 from ddtree_core import metrics, verify
 from ddtree_core.policy import AutoBudget, expected_accepts
 from ddtree_core.settings import TreeSettings
-from ddtree_core.tree import DraftTopK, DraftTree, build_tree_from_topk, draft_topk
+from ddtree_core.tree import DraftTopK, DraftTree, build_tree_from_topk, chain_tree, draft_topk
 
 METHODS = ("ar", "dflash", "ddtree")
 STAGES = ("draft_prefill", "draft", "tree_build", "tree_compile", "verify", "commit")
@@ -329,8 +329,10 @@ class _Run:
         impl, length, vocab = self.spec.tree_impl, logits.shape[1], logits.shape[2]
         if self.spec.method == "dflash":
             topk = self._token_ids(draft_topk(logits, min(length, vocab), impl=impl))
-            chain = DraftTopK(log_probs=topk.log_probs[..., :1], token_ids=topk.token_ids[..., :1])
-            return topk, build_tree_from_topk(chain, length, impl=impl)
+            if impl == "reference":  # the oracle: the best-first build of the rank-0 lists
+                chain = DraftTopK(log_probs=topk.log_probs[..., :1], token_ids=topk.token_ids[..., :1])
+                return topk, build_tree_from_topk(chain, length, impl=impl)
+            return topk, chain_tree(topk)  # the same tree, without a build
         depth = length if self.spec.tree.max_depth is None else self.spec.tree.max_depth
         budget = self.spec.tree.budget if self.auto is None else self.auto.largest
         temperature = self.spec.tree.draft_temperature
