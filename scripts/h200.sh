@@ -85,7 +85,8 @@
 #   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.testbed.synth's) from an AR
 #               server, a drafter per depth in LAYERS and --soft-labels weight in SOFT (default 0) trained on them, each
 #               one's simulated acceptance (ddbench.model.accept) on greedy answers to the held-out prompts, beside the
-#               bundled drafter's
+#               bundled drafter's; it times nothing, so it may share a GPU with checks (SHARE_GPU=1, with
+#               DRAFTER_MEM=0.25: the answering server's share of the free memory, default 0.5)
 #   cost-sglang SGLang's own decode step (python -m sglang.benchmark.one_batch, --load-format dummy: random
 #               weights, nothing downloaded) for configs/models/qwen3-8b and qwen3-coder-30b-a3b at 1 .. 4096
 #               tokens in the batch: a B x W-token verify reads the weights a (B x W)-token decode step reads
@@ -538,7 +539,7 @@ sweeps)
         # (7,500-10,000 answers, 40-60 s), then at ~85/s, each eviction heaping every cached leaf; the answers
         # share no prefix but their prompt's (each is asked once per temperature), and the 135M target's
         # prefill is cheap
-        serve_algo drafter-ar "$PORT" AR 0 --mem-fraction-static 0.5 --cuda-graph-max-bs 512 \
+        serve_algo drafter-ar "$PORT" AR 0 --mem-fraction-static "${DRAFTER_MEM:-0.5}" --cuda-graph-max-bs 512 \
           --max-running-requests 1024 --disable-radix-cache || { echo "drafter: no server" >> "$W/done"; continue; }
         python3 -m ddbench testbed distill eval "$R/eval.jsonl" --url "$url" --model "$T" --data-dir "$W/data" > "$R/distill.log" 2>&1
         timeout "${DISTILL_S:-300}" python3 -m ddbench testbed distill train "$D/prompts.jsonl" "$D/answers.jsonl" --url "$url" \

@@ -129,7 +129,8 @@ def test_gputests_runs_a_pytest_per_gpu_test_file(stand_in):
 
 def test_drafter_trains_one_drafter_per_depth_and_soft_label_weight(stand_in):
     tmp_path, env = stand_in
-    done, calls, finished = run_jobs(tmp_path, {**env, "LAYERS": "2 4", "SOFT": "0 1"}, "drafter")
+    env = {**env, "LAYERS": "2 4", "SOFT": "0 1", "DRAFTER_MEM": "0.25"}
+    done, calls, finished = run_jobs(tmp_path, env, "drafter")
     assert done.returncode == 0, done.stderr
     trains = [c for c in calls if c.startswith("-m ddbench testbed train ")]
     outs = [(c.split(" --out ")[1].split()[0].rsplit("/", 1)[1], c.split("--soft-labels ")[1].split()[0])
@@ -137,6 +138,7 @@ def test_drafter_trains_one_drafter_per_depth_and_soft_label_weight(stand_in):
     assert outs == [("l2", "0"), ("l2-s1", "1"), ("l4", "0"), ("l4-s1", "1")]
     servers = [c for c in calls if "launch_server" in c]
     assert len(servers) == 1 and "--disable-radix-cache" in servers[0]  # its evictions slowed the answers 2.3x
+    assert servers[0].split("--mem-fraction-static ")[-1].split()[0] == "0.25"
     assert "drafter rc=0" in finished
 
 
