@@ -331,8 +331,15 @@ sweeps)
           serve_algo "trace-$name" $PORT "$algo" "$budget" || { echo "trace $name: no server"; stop_server; continue; }
           python3 scripts/trace_rounds.py --url http://127.0.0.1:$PORT --out "$out" --prefix "$name" \
             --data-dir "$W/data" --concurrency 1,16 >> "$out.log" 2>&1
+          # untraced bursts: decode rounds with no prefill inside a log interval, for log_rounds --pure
+          python3 scripts/trace_rounds.py --url http://127.0.0.1:$PORT --out "$out" --prefix "$name-bursts" \
+            --data-dir "$W/data" --concurrency 1,16 --steps 0 --repeat 4 >> "$out.log" 2>&1
+          cp "$W/runs/trace-$name.log" "$out/server-$name.log"
           stop_server
         done
+        # ms per round of each server's prefill-free intervals (traced ones, 70 ms and more, left out)
+        python3 scripts/log_rounds.py --pure --max-ms "$( [ "${TRACE_8B:-0}" = 1 ] && echo 60 || echo 20 )" \
+          --summary 1,16 "$out"/server-*.log > "$out/rounds.md" 2>&1
         T=${testbed[0]} DRAFT=${testbed[1]}
         echo "trace rc=0" >> "$W/done" ;;
       tp2)  # SGLang refuses TP when the GPUs' free memory differs: wait for the other queues to finish

@@ -15,8 +15,16 @@ bonus included; absent for AR, which emits one token a step) and the generation 
 interval since the previous line. ms per round = 1000 x running x accept_len / throughput: the time
 of one scheduler round at that batch size, untouched by any client. Lines with throughput below
 100 tok/s (the first after an idle gap) are left out.
+
+With --pure only intervals without a `Prefill batch` line since the previous decode line count: a logged
+interval also holds the prefills and request boundaries inside it, and a method that emits more tokens a round
+spreads the same per-request cost over fewer rounds (at one request in flight, a 128-token answer is one or two
+intervals). Pure intervals are the scheduler's decode rounds alone:
+
+    python scripts/log_rounds.py --pure --max-ms 200 --summary 1,4 results/sglang/testbed8b-h200-2026-12-02b/logs/d*
 """
 
+import argparse
 import gzip
 import re
 import statistics
@@ -28,23 +36,31 @@ LINE = re.compile(
 )
 
 
-def rounds(path: Path) -> list[tuple[int, float, float]]:
+def rounds(path: Path, pure: bool = False) -> list[tuple[int, float, float]]:
+    """(running, accept len, ms per round) of each decode line; pure: only lines with no prefill line before
+    them since the previous decode line."""
     opener = gzip.open if path.suffix == ".gz" else open
     out = []
+    prefilled = True  # the first decode line's interval is unknown
     with opener(path, "rt") as f:
         for line in f:
+            if "Prefill batch" in line:
+                prefilled = True
             match = LINE.search(line)
-            if match and float(match[3]) >= 100:
+            if not match:
+                continue
+            if float(match[3]) >= 100 and not (pure and prefilled):
                 running, tau, tps = int(match[1]), float(match[2] or 1), float(match[3])
                 out.append((running, tau, 1e3 * running * tau / tps))
+            prefilled = False
     return out
 
 
-def summary(paths: list[str], running: list[int], max_ms: float = 20.0) -> None:
+def summary(paths: list[str], running: list[int], max_ms: float = 20.0, pure: bool = False) -> None:
     print("| log | " + " | ".join(f"ms per round, {r} running: median (IQR, lines)" for r in running) + " |")
     print("|---|" + "---|" * len(running))
     for name in paths:
-        lines = rounds(Path(name))
+        lines = rounds(Path(name), pure)
         cells = []
         for count in running:
             ms = sorted(m for r, _, m in lines if r == count and m <= max_ms)
@@ -56,17 +72,20 @@ def summary(paths: list[str], running: list[int], max_ms: float = 20.0) -> None:
         print(f"| {Path(name).name} | " + " | ".join(cells) + " |")
 
 
-def main(paths: list[str]) -> None:
-    max_ms = 20.0
-    if paths and paths[0] == "--max-ms":
-        max_ms, paths = float(paths[1]), paths[2:]
-    if paths and paths[0] == "--summary":
-        summary(paths[2:], [int(r) for r in paths[1].split(",")], max_ms)
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("logs", nargs="+", help="SGLang server logs (plain or .gz)")
+    parser.add_argument("--summary", help="R1,R2,..: per log, the median ms per round at R running")
+    parser.add_argument("--max-ms", type=float, default=20.0, help="leave out intervals above this (default 20)")
+    parser.add_argument("--pure", action="store_true", help="only intervals without a prefill inside")
+    args = parser.parse_args(argv)
+    if args.summary:
+        summary(args.logs, [int(r) for r in args.summary.split(",")], args.max_ms, args.pure)
         return
     print("| log | running | accept len | ms per round |")
     print("|---|---|---|---|")
-    for name in paths:
-        for running, tau, ms in rounds(Path(name)):
+    for name in args.logs:
+        for running, tau, ms in rounds(Path(name), args.pure):
             print(f"| {Path(name).name} | {running} | {tau:.2f} | {ms:.2f} |")
 
 

@@ -195,11 +195,17 @@ def test_trace_traces_the_testbed_or_the_inflated_pair_and_gives_the_testbed_bac
     assert done.returncode == 0, done.stderr
     inflations = [c for c in calls if c.startswith("-m ddbench testbed inflate")]
     assert len(inflations) == int(big)
-    traces = [c for c in calls if c.startswith("scripts/trace_rounds.py")]
-    assert [c.split("--prefix ")[1].split()[0] for c in traces] == (
-        ["dflash", "ddtree-b15"] if big else ["dflash", "ddtree-b15", "ddtree-b128", "ar"]
-    )
-    assert all(f"/runs/trace{'-8b' if big else ''} " in c for c in traces)
+    runs = [c for c in calls if c.startswith("scripts/trace_rounds.py")]
+    traces = [c for c in runs if "--steps 0" not in c]
+    names = ["dflash", "ddtree-b15"] if big else ["dflash", "ddtree-b15", "ddtree-b128", "ar"]
+    assert [c.split("--prefix ")[1].split()[0] for c in traces] == names
+    # each server also takes untraced bursts, whose prefill-free rounds log_rounds --pure summarises
+    assert [c.split("--prefix ")[1].split()[0] for c in runs] == [p for n in names for p in (n, f"{n}-bursts")]
+    assert all(f"/runs/trace{'-8b' if big else ''} " in c for c in runs)
+    out = tmp_path / "w" / "runs" / f"trace{'-8b' if big else ''}"
+    assert sorted(p.name for p in out.glob("server-*.log")) == sorted(f"server-{n}.log" for n in names)
+    summaries = [c for c in calls if c.startswith("scripts/log_rounds.py --pure")]
+    assert len(summaries) == 1 and f"--max-ms {60 if big else 20} --summary 1,16 {out}/server-" in summaries[0]
     servers = [c.split("--model-path ")[1].split()[0] for c in calls if "launch_server" in c]
     testbed = f"{tmp_path}/w/cache/SmolLM2-135M-Instruct"
     assert servers[: len(traces)] == [f"{tmp_path}/w/big/target" if big else testbed] * len(traces)
