@@ -77,7 +77,8 @@
 #               T = 1 instead (the same servers, 1 / 4 / 16 in flight, three passes), no control; RESIDENT_PLAN=c1: the
 #               three datasets greedy at 1 in flight only (MT-Bench first), three passes, no control, CUDA graphs
 #               for batch 1 only (a b255 server captures its graphs in ~10 s instead of ~90)
-#               RESIDENT names the servers (default "b255 b63 b15 dflash ar"; three fit an H100's 80 GB, four with
+#               RESIDENT names the servers (default "b255 b63 b15 dflash ar"; bN: DDTree at budget N, e.g. b31 b127;
+#               a 141 GB H200 holds six; three fit an H100's 80 GB, four with
 #               RESIDENT_NEED_AR=15.5 RESIDENT_NEED_SPEC=17.5: GiB of weights + KV, default 19 and 21); `auto`
 #               is a DDTree server of SGLANG_DDTREE_BUDGET=auto:15,31,63 that measures its cost table at startup
 #               (AUTO_COST_TABLE=configs/cost/testbed8b-h200.json: that one instead), whose cells are budget
@@ -466,13 +467,13 @@ sweeps)
           case $name in
           ar) port=12400 && resident ar $port AR 0 && urls=$urls,ar=http://127.0.0.1:$port ;;
           dflash) port=12300 && resident dflash $port DFLASH 0 && urls=$urls,dflash=http://127.0.0.1:$port ;;
-          b15|b63|b255)  # (a case inside $((...)) does not parse: the pattern's ")" ends the arithmetic)
-            case $name in b255) port=12000 ;; b63) port=12100 ;; *) port=12200 ;; esac
+          b[1-9]|b[1-9][0-9]|b[1-9][0-9][0-9])  # any budget 1-999 (a case inside $((...)) does not parse)
+            case $name in b255) port=12000 ;; b63) port=12100 ;; b15) port=12200 ;; *) port=$((13000 + ${name#b})) ;; esac
             resident "ddtree-$name" $port DDTREE "${name#b}" && urls=$urls,ddtree=http://127.0.0.1:$port \
               && budgets=$budgets,${name#b} ;;
           auto) port=12500 && SGLANG_DDTREE_COST_TABLE=${AUTO_COST_TABLE:+$W/repo/$AUTO_COST_TABLE} \
             resident ddtree-auto $port DDTREE auto:15,31,63 && urls=$urls,ddtree=http://127.0.0.1:$port ;;
-          *) echo "resident: unknown server $name (ar, dflash, b15, b63, b255, auto)"; false ;;
+          *) echo "resident: unknown server $name (ar, dflash, bN for a budget N of 1-999, auto)"; false ;;
           esac || { echo "resident: $name did not start; going on without it"; continue; }
           ports="$ports $port"
         done

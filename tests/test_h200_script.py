@@ -231,3 +231,22 @@ def test_queues_go_one_per_gpu_or_all_on_gpu_0_with_their_own_ports(tmp_path, sh
     done, calls, _ = run_jobs(tmp_path, env, "chisq")
     assert done.returncode == 0, done.stderr
     assert {c.split("--port ")[1].split()[0] for c in calls if "launch_server" in c} == {"31100", "31150"}
+
+
+def test_resident8b_takes_any_budget_and_sweeps_each(tmp_path):
+    python = (
+        f'echo "$*" >> {tmp_path}/calls.log\necho "Capture cuda graph end"\n'
+        'case "$*" in *launch_server*) exec sleep 60 ;; esac\n'
+    )
+    env = tools_env(tmp_path, {"python3": python, "nvidia-smi": "echo 80000\n"}, RESIDENT="b127 b31 b15 dflash b0x",
+                    RESIDENT_PLAN="c1")  # fmt: skip
+    (tmp_path / "w" / "big" / "target").mkdir(parents=True)
+    (tmp_path / "w" / "big" / "target" / "config.json").write_text("{}")
+    done, calls, _ = run_jobs(tmp_path, env, "resident8b")
+    assert done.returncode == 0, done.stderr
+    assert "resident: unknown server b0x" in done.stdout
+    servers = [c for c in calls if "launch_server" in c]
+    assert [c.split("--port ")[1].split()[0] for c in servers] == ["13127", "13031", "12200", "12300"]
+    sweeps = [c for c in calls if c.startswith("-m ddbench sweep")]
+    assert sweeps and all("--budgets 15,31,127" in c and c.split("--url ")[1].split()[0].count("http://") == 4
+                          for c in sweeps)  # fmt: skip
