@@ -199,14 +199,14 @@ def _load_json_file(path: Path) -> Sequence[dict[str, Any]]:
     """The rows of a mirror file, with `datasets` where it is installed, else with the json module
     (the same rows: the mirror files are plain JSON lines)."""
     if not _have_datasets():
-        return [record for _, record in _iter_jsonl(path)]
+        return [record for _, record in iter_jsonl(path)]
     import datasets
 
     try:
         # Not load_dataset("json", ...): that first sends a download-count request to the hub (3 s timeout).
         return datasets.Dataset.from_json(str(path))
     except datasets.exceptions.DatasetGenerationError as error:
-        for _ in _iter_jsonl(path):  # raises with the file and line of the first bad record
+        for _ in iter_jsonl(path):  # raises with the file and line of the first bad record
             pass
         raise ValueError(f"{path}: not readable as JSON lines ({error})") from error
 
@@ -217,7 +217,7 @@ def read_jsonl_prompts(path: str | Path) -> list[Prompt]:
     if not path.is_file():
         raise FileNotFoundError(f"prompt file {path} does not exist")
     prompts = []
-    for line_number, record in _iter_jsonl(path):
+    for line_number, record in iter_jsonl(path):
         turns = _record_turns(record, f"{path}:{line_number}")
         reference = record.get("reference")
         reference = (reference,) if isinstance(reference, str) else tuple(reference or ()) or None
@@ -227,7 +227,7 @@ def read_jsonl_prompts(path: str | Path) -> list[Prompt]:
     return prompts
 
 
-def _iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(1-based line number, object) for each non-blank line; a bad line raises naming file and line."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as lines:

@@ -83,7 +83,8 @@
 #               is a DDTree server of SGLANG_DDTREE_BUDGET=auto:15,31,63 that measures its cost table at startup
 #               (AUTO_COST_TABLE=configs/cost/testbed8b-h200.json: that one instead), whose cells are budget
 #               auto (put it last: a server that fails to start is skipped)
-#   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.testbed.synth's) from an AR
+#   drafter     new testbed drafters: the target's answers to the training prompts (and ddbench.testbed.synth's, and
+#               GSM8K's train split where the pieces carry data/gsm8k_train.jsonl.gz: scripts/pack_device.sh) from an AR
 #               server, a drafter per depth in LAYERS and --soft-labels weight in SOFT (default 0) trained on them, each
 #               one's simulated acceptance (ddbench.model.accept) on greedy answers to the held-out prompts, beside the
 #               bundled drafter's; it times nothing, so it may share a GPU with checks (SHARE_GPU=1, with
@@ -539,8 +540,10 @@ sweeps)
         # INIT=bundled (or a folder) continues training from that drafter; SEED picks another sample of the
         # prompts when the distillation is cut short
         D=$W/distill R=$W/runs/drafter && mkdir -p "$D" "$R" && nvidia-smi > "$R/nvidia-smi.txt"
-        python3 -m ddbench testbed train-prompts "$D/prompts.jsonl" --data-dir "$W/data" \
+        train=() && [ -f "$W/data/gsm8k_train.jsonl.gz" ] && train=(--gsm8k-train "$W/data/gsm8k_train.jsonl.gz")
+        python3 -m ddbench testbed train-prompts "$D/prompts.jsonl" --data-dir "$W/data" "${train[@]}" \
           --synthetic "${SYNTH:-math=8000,code=1400,chat=6000}" > "$R/prompts.txt" 2>&1
+        [ ${#train[@]} = 0 ] || sha256sum "${train[1]}" >> "$R/prompts.txt"
         sha256sum "$D/prompts.jsonl" >> "$R/prompts.txt"
         url=http://127.0.0.1:$PORT
         # No radix cache: in every run so far the answers came at ~200/s until the cache held ~1.7 M tokens

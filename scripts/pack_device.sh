@@ -8,6 +8,10 @@
 #                                                  (run it before the first device call: a refused call costs time)
 # Pack and call with the results data out of the index (scripts/device_lean.sh drop, then restore):
 # three pieces instead of fourteen.
+# Files in .device/data travel beside the datasets. The drafter job trains on GSM8K's train split where
+# gsm8k_train.jsonl.gz is there (its questions only, 0.6 MB; from `fetch github:openai/grade-school-math`):
+#   git --git-dir MIRROR show 3101c7d:grade_school_math/data/train.jsonl | python3 -c 'import json, sys
+#   [print(json.dumps({"question": json.loads(l)["question"]})) for l in sys.stdin]' | gzip -9n > .device/data/gsm8k_train.jsonl.gz
 set -euo pipefail
 LIMIT=$((64 * 1024 * 1024))
 MARGIN=$((1024 * 1024))
@@ -36,6 +40,7 @@ mkdir -p "$stage/payload/data"
 cp .device/sglang/install_sglang_bundle.sh .device/sglang/site.tar.xz "$stage/payload/" 2>/dev/null \
   || { echo "no SGLang bundle in .device/sglang (bash ../shared/device/prepare_sglang_bundle.sh .device/sglang)" >&2; exit 2; }
 cp "$DATA"/*.jsonl "$DATA"/*.gz "$stage/payload/data/"
+[ -d .device/data ] && cp .device/data/* "$stage/payload/data/"
 cp "$GGUF" "$stage/payload/smol.gguf"
 # SGLang's own DFLASH tests and its sglang/test package, where scripts/peer_tests.py gather put them (h200.sh peers)
 [ -d .device/peers ] && tar czf "$stage/payload/peers.tgz" -C .device peers

@@ -131,6 +131,14 @@ def test_drafter_trains_one_drafter_per_depth_and_soft_label_weight(stand_in):
     tmp_path, env = stand_in
     env = {**env, "LAYERS": "2 4", "SOFT": "0 1", "DRAFTER_MEM": "0.25"}
     done, calls, finished = run_jobs(tmp_path, env, "drafter")
+    prompts = [c for c in calls if c.startswith("-m ddbench testbed train-prompts")]
+    assert len(prompts) == 1 and "--gsm8k-train" not in prompts[0]  # no train split carried
+    (tmp_path / "w" / "data").mkdir()
+    (tmp_path / "w" / "data" / "gsm8k_train.jsonl.gz").write_bytes(b"")
+    (tmp_path / "calls.log").unlink()
+    done, calls, finished = run_jobs(tmp_path, env, "drafter")
+    prompts = [c for c in calls if c.startswith("-m ddbench testbed train-prompts")]
+    assert f"--gsm8k-train {tmp_path}/w/data/gsm8k_train.jsonl.gz" in prompts[0]
     assert done.returncode == 0, done.stderr
     trains = [c for c in calls if c.startswith("-m ddbench testbed train ")]
     outs = [(c.split(" --out ")[1].split()[0].rsplit("/", 1)[1], c.split("--soft-labels ")[1].split()[0])

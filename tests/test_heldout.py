@@ -10,7 +10,14 @@ from typer.testing import CliRunner
 from ddbench import heldout
 from ddbench.cli import app
 from ddbench.config import SweepSettings
-from ddbench.datasets import DATASET_NAMES, Prompt, load_all_prompts, load_prompts, read_jsonl_prompts
+from ddbench.datasets import (
+    DATASET_NAMES,
+    Prompt,
+    format_gsm8k,
+    load_all_prompts,
+    load_prompts,
+    read_jsonl_prompts,
+)
 from ddbench.harness import client
 from ddbench.harness.cli import _machine_defaults
 from ddbench.heldout import EVAL_SIZES, HASHES_FILE, eval_prompts, is_held_out, text_hash, train_prompts
@@ -121,3 +128,43 @@ def test_train_prompts_refuses_held_out_prompts_and_writes_nothing(data_dir, tmp
     result = CliRunner().invoke(app, ["testbed", "train-prompts", str(out), "--data-dir", str(data_dir)])
     assert result.exit_code == 2 and not out.exists()
     assert result.stderr == "error: " + REFUSAL.format("128 of gsm8k, 64 of humaneval, 80 of mt-bench")
+
+
+def test_gsm8k_train_questions_join_as_benchmark_prompts_and_held_out_ones_are_refused(data_dir, tmp_path):
+    """--gsm8k-train: each question becomes a GSM8K prompt as the benchmark formats it (gzip read too); a
+    held-out test question slipped into the file is refused, and a line without a question names the file."""
+    import gzip
+
+    questions = ["Ann has 3 apples and buys 4 more. How many apples does she have?", "What is 6 x 7?"]
+    train_file = tmp_path / "gsm8k_train.jsonl.gz"
+    with gzip.open(train_file, "wt") as f:
+        f.writelines(json.dumps({"question": q, "answer": "#### 7"}) + "\n" for q in questions)
+    rows = tmp_path / "train.jsonl"
+    args = ["testbed", "train-prompts", str(rows), "--data-dir", str(data_dir), "--gsm8k-train", str(train_file)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    written = [json.loads(line) for line in rows.read_text().splitlines()]
+    extra = [row for row in written if row["dataset"] == "gsm8k-train"]
+    assert [row["prompt"] for row in extra] == [format_gsm8k(q) for q in questions]
+    assert [row["index"] for row in extra] == [0, 1] and len(written) == 1191 + 100 + 2 * 40 + 2
+
+    held = eval_prompts("gsm8k", data_dir=data_dir)[0]  # its raw question, in a "train" file
+    raw = tmp_path / "leaky.jsonl"
+    raw.write_text(json.dumps({"question": gsm8k_question(data_dir, held.index)}) + "\n")
+    out = tmp_path / "leaky-out.jsonl"
+    result = CliRunner().invoke(app, [*args[:2], str(out), *args[3:5], "--gsm8k-train", str(raw)])
+    assert result.exit_code == 2 and not out.exists()
+    assert result.stderr == "error: " + REFUSAL.format("1 of gsm8k")
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "ok?"}) + "\n" + json.dumps({"text": "no question"}) + "\n")
+    result = CliRunner().invoke(app, [*args[:2], str(out), *args[3:5], "--gsm8k-train", str(bad)])
+    assert result.exit_code == 2 and not out.exists()
+    assert result.stderr == f'error: --gsm8k-train: {bad}:2: expected a "question" string, got keys [\'text\']\n'
+    result = CliRunner().invoke(app, [*args[:2], str(out), *args[3:5], "--gsm8k-train", str(tmp_path / "none")])
+    assert result.exit_code == 2 and result.stderr == f"error: --gsm8k-train: {tmp_path / 'none'} does not exist\n"
+
+
+def gsm8k_question(data_dir, index: int) -> str:
+    """The raw question of row `index` of the mirror's GSM8K test file."""
+    with open(data_dir / "gsm8k_test.jsonl") as f:
+        return json.loads(f.readlines()[index])["question"]

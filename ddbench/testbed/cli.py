@@ -149,13 +149,21 @@ def train_prompts(
             "(default: none)."
         ),
     ] = "",
+    gsm8k_train: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also the questions of GSM8K's train split, formatted as the benchmark's GSM8K prompts: JSON lines "
+            'with a "question" each, plain or .gz (openai/grade-school-math grade_school_math/data/train.jsonl).'
+        ),
+    ] = None,
 ) -> None:
     """Write the drafter's training prompts: every prompt of the three datasets outside the held-out split
-    (ddbench/heldout.py), one per turn, then the synthetic ones; a held-out prompt is refused (exit 2)."""
+    (ddbench/heldout.py), one per turn, then the synthetic ones and GSM8K's train split where given; a held-out
+    prompt is refused (exit 2)."""
     from ddbench.testbed import target as testbed
 
     try:
-        rows = testbed.train_prompts(data_dir, testbed.family_counts(synthetic))
+        rows = testbed.train_prompts(data_dir, testbed.family_counts(synthetic), gsm8k_train)
     except ValueError as error:  # heldout.HeldOutError is one
         raise fail(str(error)) from None
     out.write_text("".join(json.dumps(row) + "\n" for row in rows))

@@ -54,7 +54,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Column
 
 from ddbench import heldout
-from ddbench.datasets import hub_unreachable_reason
+from ddbench.datasets import format_gsm8k, hub_unreachable_reason, iter_jsonl
 from ddbench.heldout import EVAL_SIZES  # ddbench.testbed.inflate imports it from here
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
@@ -388,10 +388,20 @@ def is_testbed_drafter(draft: str | Path) -> bool:
     return record is not None and record.role == "drafter" and is_testbed_drafter(record.source)
 
 
-def train_prompts(data_dir: str | Path | None = None, synthetic: dict[str, int] | None = None) -> list[dict[str, Any]]:
+def train_prompts(
+    data_dir: str | Path | None = None,
+    synthetic: dict[str, int] | None = None,
+    gsm8k_train: str | Path | None = None,
+) -> list[dict[str, Any]]:
     """The drafter's training prompts: every builtin prompt outside the held-out split (ddbench.heldout), one
     row per turn (MT-Bench: each turn as its own prompt), then `synthetic[family]` prompts of each family of
-    `ddbench.testbed.synth`; HeldOutError if a held-out text got in anyway."""
+    `ddbench.testbed.synth`, then (`gsm8k_train`) the questions of GSM8K's train split as the benchmark formats
+    GSM8K's; HeldOutError if a held-out text got in anyway.
+
+    gsm8k_train: JSON lines with a "question" each, plain or .gz: openai/grade-school-math's
+    grade_school_math/data/train.jsonl (7,473 questions, none of them in the test split the benchmark draws
+    from), e.g. {"question": "Natalia sold clips to 48 of her friends in April, ..."} becomes the prompt
+    "Natalia sold clips ...\nPlease reason step by step, and put your final answer within \\boxed{}."."""
     from ddbench.testbed.synth import synthetic_prompts
 
     rows = synthetic_prompts(synthetic) if synthetic else []
@@ -401,7 +411,27 @@ def train_prompts(data_dir: str | Path | None = None, synthetic: dict[str, int] 
                 {"dataset": name, "index": prompt.index, "turn": t, "prompt": text}
                 for t, text in enumerate(prompt.turns)
             ]
+    if gsm8k_train is not None:
+        rows += gsm8k_train_rows(gsm8k_train)
     heldout.check_training_texts(row["prompt"] for row in rows)
+    return rows
+
+
+def gsm8k_train_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Training rows {"dataset": "gsm8k-train", "index", "turn": 0, "prompt"} from a file of GSM8K questions;
+    ValueError naming the file (and line) if it is missing, empty or a line has no "question" string."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"--gsm8k-train: {path} does not exist")
+    rows = []
+    for line_number, record in iter_jsonl(path):
+        question = record.get("question")
+        if not isinstance(question, str) or not question.strip():
+            where = f"{path}:{line_number}"
+            raise ValueError(f'--gsm8k-train: {where}: expected a "question" string, got keys {sorted(record)}')
+        rows.append({"dataset": "gsm8k-train", "index": len(rows), "turn": 0, "prompt": format_gsm8k(question)})
+    if not rows:
+        raise ValueError(f"--gsm8k-train: {path} holds no questions")
     return rows
 
 
