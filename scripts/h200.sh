@@ -320,9 +320,9 @@ sweeps)
         echo "rounds rc=0" >> "$W/done" ;;
       trace)  # TRACE_8B=1: the inflated 8B-class pair instead (runs/trace-8b), DFLASH and b15 only unless TRACE_SERVERS
         # names others ("dflash ddtree-b15 ddtree-b128 ar")
-        out=$W/runs/trace servers=${TRACE_SERVERS:-dflash ddtree-b15 ddtree-b128 ar} testbed=("$T" "$DRAFT")
-        if [ "${TRACE_8B:-0}" = 1 ]; then
-          out=$W/runs/trace-8b servers=${TRACE_SERVERS:-dflash ddtree-b15} && mkdir -p "$out"
+        out=$W/runs/trace servers=${TRACE_SERVERS:-dflash ddtree-b15 ddtree-b128 ar} testbed=("$T" "$DRAFT") max_ms=20
+        if [ "${TRACE_8B:-0}" = 1 ]; then  # an 8B-class round at 16 running takes ~15 ms, a traced interval 70+
+          out=$W/runs/trace-8b servers=${TRACE_SERVERS:-dflash ddtree-b15} max_ms=60 && mkdir -p "$out"
           inflate8b "$out/inflate-8b.log" || { echo "trace: no 8B-class pair ($out/inflate-8b.log)" >> "$W/done"; continue; }
           T=$W/big/target DRAFT=$W/big/drafter
         fi
@@ -340,8 +340,7 @@ sweeps)
           stop_server
         done
         # ms per round of each server's prefill-free intervals (traced ones, 70 ms and more, left out)
-        python3 scripts/log_rounds.py --pure --max-ms "$( [ "${TRACE_8B:-0}" = 1 ] && echo 60 || echo 20 )" \
-          --summary 1,16 "$out"/server-*.log > "$out/rounds.md" 2>&1
+        python3 scripts/log_rounds.py --pure --max-ms "$max_ms" --summary 1,16 "$out"/server-*.log > "$out/rounds.md" 2>&1
         T=${testbed[0]} DRAFT=${testbed[1]}
         echo "trace rc=0" >> "$W/done" ;;
       tp2)  # SGLang refuses TP when the GPUs' free memory differs: wait for the other queues to finish

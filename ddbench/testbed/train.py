@@ -281,7 +281,8 @@ def training_loss(drafter, target, ids, anchors, lengths, weights, cfg: TrainCon
     target's next-token distributions: the module docstring) and the top-1 accuracy per block position (first
     4; [] where `accuracy` is False: the accuracies read the GPU back, four syncs a step)."""
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=ids.is_cuda):
-        hidden = target(input_ids=ids, output_hidden_states=True).hidden_states
+        # logits_to_keep=1: the features are hidden states, so the lm_head over every position would go unused
+        hidden = target(input_ids=ids, output_hidden_states=True, logits_to_keep=1).hidden_states
         features = torch.cat([hidden[i + 1] for i in drafter.target_layer_ids], dim=-1)
     block_ids, positions, labels, mask = block_inputs(ids, anchors, lengths, cfg)
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=ids.is_cuda):
