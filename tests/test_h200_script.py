@@ -185,9 +185,11 @@ def test_chisq_checks_b15_and_b63_against_one_ar_server_and_a_planted_failure(st
     tmp_path, env = stand_in
     done, calls, finished = run_jobs(tmp_path, env, "chisq")
     assert done.returncode == 0, done.stderr
-    servers = [c for c in calls if "launch_server" in c]
-    assert len(servers) == 3 and "--speculative-algorithm" not in servers[0]
-    assert all("--speculative-algorithm DDTREE" in c for c in servers[1:])
+    # the servers start in the background, so their lines may reach the log in either order: tell them by port
+    servers = sorted((c.split("--port ")[1].split()[0], c) for c in calls if "launch_server" in c)
+    assert [port for port, _ in servers] == ["31000", "31000", "31050"]
+    assert "--speculative-algorithm" not in servers[2][1]  # one AR server, beside the port the checks' DDTree use
+    assert all("--speculative-algorithm DDTREE" in c for _, c in servers[:2])
     checks = [c for c in calls if c.startswith("-m ddbench check sampled")]
     outs = [c.split(" --out ")[1].split()[0].rsplit("/", 1)[1] for c in checks]
     assert outs == [f"b{b}-{case}.json" for b in (15, 63) for case in ("t1.0-p1.0", "t0.7-p0.9", "planted")]
